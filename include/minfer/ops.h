@@ -1,0 +1,121 @@
+// Kernel-level ops on caller-owned tensors. Each op takes one args struct,
+// validates it (shapes, dtypes, devices, aliasing) and returns
+// MF_ERR_INVALID_ARG / MF_ERR_UNSUPPORTED with a message before touching
+// memory. Tensors must live on the backend's device. Ops are asynchronous on
+// the CUDA backend (ordered on its stream); mf_backend_sync waits.
+#ifndef MINFER_OPS_H
+#define MINFER_OPS_H
+
+#include "minfer/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------------------
+// GEMM: c = act(alpha * a @ b + beta * c + bias)
+//   a: (m, k) or (batch, m, k)   any strides with a unit stride in one of the
+//   b: (k, n) or (batch, k, n)   last two dims (transposed views are free:
+//                                a torch Linear weight (n, k) is passed as
+//                                its transpose)
+//   c: (m, n) or (batch, m, n)   row-major: stride[-1] == 1
+//   bias: (n) or NULL, contiguous, dtype of c
+//   a and b share a dtype (f32, f16, bf16); c is that dtype or f32.
+//   Batched: a or b may have batch 1 or batch stride 0 (broadcast).
+//   Accumulation is f32. With beta == 0, c is not read (may hold NaN).
+typedef enum {
+    MF_EPILOGUE_NONE = 0,
+    MF_EPILOGUE_GELU = 1, // tanh-approximate GELU (GPT-2's gelu_new)
+} mf_epilogue;
+
+typedef struct {
+    mf_tensor a, b, c;
+    const mf_tensor *bias;  // NULL: no bias
+    float alpha, beta;
+    mf_epilogue epilogue;   // applied after bias
+} mf_gemm_args;
+
+mf_status mf_gemm(mf_backend *be, const mf_gemm_args *args);
+
+// ---------------------------------------------------------------------------
+// Fused residual add + norm, one pass over each row:
+//   s = x + residual            (s = x when residual is NULL)
+//   sum_out = s                 (if sum_out != NULL; may alias x or residual)
+//   y = norm(s) * weight (+ bias)
+//   RMSNorm:   norm(s) = s / sqrt(mean(s^2) + eps)
+//   LayerNorm: norm(s) = (s - mean(s)) / sqrt(var(s) + eps)   (biased var)
+//   x, residual, sum_out, y: (rows, dim) with stride[1] == 1; y may alias x.
+//   weight, bias: (dim), contiguous. Statistics in f32.
+typedef enum {
+    MF_NORM_RMS = 0,
+    MF_NORM_LAYER = 1,
+} mf_norm_kind;
+
+typedef struct {
+    mf_tensor x;
+    const mf_tensor *residual; // NULL: no add
+    const mf_tensor *sum_out;  // NULL: the sum is not written
+    mf_tensor y;
+    mf_tensor weight;
+    const mf_tensor *bias;     // NULL: no bias (LayerNorm only)
+    mf_norm_kind kind;
+    float eps;
+} mf_norm_args;
+
+mf_status mf_add_norm(mf_backend *be, const mf_norm_args *args);
+
+// ---------------------------------------------------------------------------
+// Embedding lookup: y[t, :] = table[ids[t], :]
+//   ids: (n) i32 on the backend's device; table: (vocab, dim), stride[1] == 1;
+//   y: (n, dim), stride[1] == 1, dtype may differ from table's.
+//   An id outside [0, vocab) is an error: at once on the CPU; on CUDA the row
+//   is zero-filled and the next mf_backend_sync returns MF_ERR_INVALID_ARG.
+typedef struct {
+    mf_tensor ids, table, y;
+} mf_embed_args;
+
+mf_status mf_embed(mf_backend *be, const mf_embed_args *args);
+
+// ---------------------------------------------------------------------------
+// Elementwise: y = alpha * a + beta * b
+//   a, y: contiguous, same numel; y may alias a or b.
+//   b: NULL (then y = alpha * a: a scale), or contiguous with numel dividing
+//   a's, broadcast over a's leading elements (a bias row added to each row).
+typedef struct {
+    mf_tensor a;
+    const mf_tensor *b;
+    mf_tensor y;
+    float alpha, beta;
+} mf_add_args;
+
+mf_status mf_add(mf_backend *be, const mf_add_args *args);
+
+// ---------------------------------------------------------------------------
+// Fused scale + mask + softmax along the last dim, in one pass over memory:
+//   y = softmax(scale * x + bias + mask)
+//   x, y: (rows, cols) or (batch, heads, q_len, k_len); stride[-1] == 1, other
+//         strides free; dtypes f32/f16/bf16 and may differ; y may be x
+//         (in place, same view). A 2-D input is batch = heads = 1, q_len = rows.
+//   causal: query i sees key j iff j <= i + k_len - q_len (bottom-right
+//         aligned, as decode with a KV cache needs).
+//   key_lens: (batch) i32 on the backend's device, or NULL: keys j >= key_lens[b]
+//         are masked (padding). Values <= 0 mask the whole row, >= k_len none.
+//   bias: additive, (batch|1, heads|1, q_len, k_len) (2-D: (rows, cols)),
+//         stride 0 or size 1 on a dim broadcasts it; f32/f16/bf16; may hold -inf
+//         (ALiBi, user masks). NULL: none.
+//   A row with every key masked gives all zeros, never NaN; a NaN input stays
+//   in its own row. Math in f32.
+typedef struct {
+    mf_tensor x, y;
+    float scale;
+    bool causal;
+    const mf_tensor *key_lens; // NULL: no padding mask
+    const mf_tensor *bias;     // NULL: no additive bias
+} mf_softmax_args;
+
+mf_status mf_softmax(mf_backend *be, const mf_softmax_args *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // MINFER_OPS_H

@@ -1,0 +1,47 @@
+// Internal: the backend interface. Every op goes through one of these entries;
+// the public mf_* functions in src/ops/ validate arguments first, so entries
+// only check what their backend supports (returning MF_ERR_UNSUPPORTED with
+// the reason). A NULL op entry means "not implemented on this backend".
+#ifndef MF_BACKEND_INTERNAL_H
+#define MF_BACKEND_INTERNAL_H
+
+#include "minfer/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mf_backend {
+    const char *name;  // "cpu" | "cuda"
+    mf_device device;
+    void *ctx;         // backend-private state
+
+    void (*destroy)(mf_backend *be);
+    mf_status (*alloc)(mf_backend *be, size_t bytes, void **out);
+    void (*dealloc)(mf_backend *be, void *p);
+    mf_status (*copy)(mf_backend *be, void *dst, const void *src, size_t bytes, mf_copy_kind kind);
+    mf_status (*memset)(mf_backend *be, void *dst, int value, size_t bytes);
+    mf_status (*sync)(mf_backend *be);
+    mf_status (*set_stream)(mf_backend *be, void *stream);
+
+    // ops (arguments already validated by src/ops/)
+    mf_status (*gemm)(mf_backend *be, const mf_gemm_args *args);
+    mf_status (*add_norm)(mf_backend *be, const mf_norm_args *args);
+    mf_status (*embed)(mf_backend *be, const mf_embed_args *args);
+    mf_status (*add)(mf_backend *be, const mf_add_args *args);
+    mf_status (*softmax)(mf_backend *be, const mf_softmax_args *args);
+};
+
+mf_status mf_backend_cpu_create(mf_backend **out);
+
+#ifdef MF_HAVE_CUDA
+// In src/cuda/backend_cuda.cu. MF_ERR_UNSUPPORTED "no CUDA device" when none.
+mf_status mf_backend_cuda_create(mf_backend **out);
+bool mf_backend_cuda_usable(void);
+const char *mf_backend_cuda_info(void); // "cuda 13.0 runtime, 1 device(s)"
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif // MF_BACKEND_INTERNAL_H

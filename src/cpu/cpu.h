@@ -1,0 +1,20 @@
+// Internal: the CPU backend's op entries (f32 math, OpenMP over rows).
+#ifndef MF_CPU_H
+#define MF_CPU_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *args);        // gemm.c
+mf_status mf_cpu_add_norm(mf_backend *be, const mf_norm_args *args);    // norm.c
+mf_status mf_cpu_embed(mf_backend *be, const mf_embed_args *args);      // embed.c
+mf_status mf_cpu_add(mf_backend *be, const mf_add_args *args);          // add.c
+mf_status mf_cpu_softmax(mf_backend *be, const mf_softmax_args *args);  // softmax.c
+
+#ifdef __cplusplus
+}
+#endif
+#endif // MF_CPU_H

@@ -1,0 +1,83 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/check.h"
+
+mf_status mf_check_call(const mf_backend *be, const void *args, const char *op) {
+    if (!be) return mf_fail(MF_ERR_INVALID_ARG, "%s: backend is NULL", op);
+    if (!args) return mf_fail(MF_ERR_INVALID_ARG, "%s: args is NULL", op);
+    return MF_OK;
+}
+
+mf_status mf_check_on(const mf_backend *be, const mf_tensor *t, const char *op, const char *name) {
+    char what[96];
+    snprintf(what, sizeof what, "%s: %s", op, name);
+    MF_TRY(mf_tensor_check(t, what));
+    if (t->device != be->device)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %s is on %s but the backend is %s", op, name,
+                       mf_device_name(t->device), be->name);
+    return MF_OK;
+}
+
+mf_status mf_check_float(const mf_tensor *t, const char *op, const char *name) {
+    if (t->dtype != MF_DTYPE_F32 && t->dtype != MF_DTYPE_F16 && t->dtype != MF_DTYPE_BF16)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %s dtype %s (want f32, f16 or bf16)", op, name,
+                       mf_dtype_name(t->dtype));
+    return MF_OK;
+}
+
+mf_status mf_check_ndim(const mf_tensor *t, int32_t want, const char *op, const char *name) {
+    if (t->ndim != want)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %s has %d dims (want %d)", op, name, t->ndim, want);
+    return MF_OK;
+}
+
+static bool same_view(const mf_tensor *a, const mf_tensor *b) {
+    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->stride[i] != b->stride[i])) return false;
+    return true;
+}
+
+static bool overlaps(const mf_tensor *a, const mf_tensor *b) {
+    int64_t na = mf_tensor_span_bytes(a), nb = mf_tensor_span_bytes(b);
+    if (na == 0 || nb == 0) return false;
+    const char *pa = a->data, *pb = b->data;
+    return pa < pb + nb && pb < pa + na;
+}
+
+mf_status mf_check_alias(const mf_tensor *a, const mf_tensor *b, const char *op, const char *na,
+                         const char *nb) {
+    if (overlaps(a, b) && !same_view(a, b))
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %s and %s overlap in memory without being the same view", op,
+                       na, nb);
+    return MF_OK;
+}
+
+mf_status mf_check_disjoint(const mf_tensor *a, const mf_tensor *b, const char *op, const char *na,
+                            const char *nb) {
+    if (overlaps(a, b)) return mf_fail(MF_ERR_INVALID_ARG, "%s: %s and %s overlap in memory", op, na, nb);
+    return MF_OK;
+}
+
+mf_status mf_mat_layout_of(const mf_tensor *t, const char *op, const char *name, mf_mat_layout *out) {
+    int r = t->ndim - 2, c = t->ndim - 1;
+    int64_t rows = t->shape[r], cols = t->shape[c];
+    memset(out, 0, sizeof *out);
+    if (t->ndim == 3 && t->shape[0] > 1) out->batch_stride = t->stride[0];
+    // A size-1 dim's stride is meaningless: prefer row-major when it fits.
+    if (t->stride[c] == 1 || cols == 1) {
+        out->col_major = false;
+        out->ld = rows > 1 ? t->stride[r] : (cols > 1 ? cols : 1);
+        if (out->ld >= (cols > 1 ? cols : 1)) return MF_OK;
+    }
+    if (t->stride[r] == 1 || rows == 1) {
+        out->col_major = true;
+        out->ld = cols > 1 ? t->stride[c] : (rows > 1 ? rows : 1);
+        if (out->ld >= (rows > 1 ? rows : 1)) return MF_OK;
+    }
+    return mf_fail(MF_ERR_UNSUPPORTED,
+                   "%s: %s strides (%lld, %lld) for shape (%lld, %lld): need a unit stride in one of the last "
+                   "two dims and non-overlapping rows/cols",
+                   op, name, (long long)t->stride[r], (long long)t->stride[c], (long long)rows, (long long)cols);
+}

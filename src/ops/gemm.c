@@ -1,0 +1,71 @@
+// mf_gemm: argument validation, then the backend's GEMM.
+#include "ops/check.h"
+
+mf_status mf_gemm(mf_backend *be, const mf_gemm_args *p) {
+    static const char op[] = "gemm";
+    MF_TRY(mf_check_call(be, p, op));
+    MF_TRY(mf_check_on(be, &p->a, op, "a"));
+    MF_TRY(mf_check_on(be, &p->b, op, "b"));
+    MF_TRY(mf_check_on(be, &p->c, op, "c"));
+    MF_TRY(mf_check_float(&p->a, op, "a"));
+    MF_TRY(mf_check_float(&p->b, op, "b"));
+    MF_TRY(mf_check_float(&p->c, op, "c"));
+    int nd = p->c.ndim;
+    if (nd != 2 && nd != 3) return mf_fail(MF_ERR_INVALID_ARG, "gemm: c has %d dims (want 2 or 3)", nd);
+    MF_TRY(mf_check_ndim(&p->a, nd, op, "a"));
+    MF_TRY(mf_check_ndim(&p->b, nd, op, "b"));
+    if (p->a.dtype != p->b.dtype)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: a dtype %s != b dtype %s", mf_dtype_name(p->a.dtype),
+                       mf_dtype_name(p->b.dtype));
+    if (p->c.dtype != p->a.dtype && p->c.dtype != MF_DTYPE_F32)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: c dtype %s (want %s or f32)", mf_dtype_name(p->c.dtype),
+                       mf_dtype_name(p->a.dtype));
+    int64_t m = p->c.shape[nd - 2], n = p->c.shape[nd - 1], k = p->a.shape[nd - 1];
+    if (p->a.shape[nd - 2] != m)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: a rows %lld != c rows %lld", (long long)p->a.shape[nd - 2],
+                       (long long)m);
+    if (p->b.shape[nd - 2] != k)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: a cols (k) %lld != b rows %lld", (long long)k,
+                       (long long)p->b.shape[nd - 2]);
+    if (p->b.shape[nd - 1] != n)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: b cols %lld != c cols %lld", (long long)p->b.shape[nd - 1],
+                       (long long)n);
+    if (nd == 3) {
+        int64_t batch = p->c.shape[0];
+        if (p->a.shape[0] != batch && p->a.shape[0] != 1)
+            return mf_fail(MF_ERR_INVALID_ARG, "gemm: a batch %lld (want %lld or 1)", (long long)p->a.shape[0],
+                           (long long)batch);
+        if (p->b.shape[0] != batch && p->b.shape[0] != 1)
+            return mf_fail(MF_ERR_INVALID_ARG, "gemm: b batch %lld (want %lld or 1)", (long long)p->b.shape[0],
+                           (long long)batch);
+        if (batch > 1 && p->c.stride[0] < m * n && m * n > 0)
+            return mf_fail(MF_ERR_INVALID_ARG, "gemm: c batch stride %lld overlaps (m*n = %lld)",
+                           (long long)p->c.stride[0], (long long)(m * n));
+    }
+    if (p->c.stride[nd - 1] != 1 && n > 1)
+        return mf_fail(MF_ERR_UNSUPPORTED, "gemm: c must be row-major (stride[-1]=%lld)",
+                       (long long)p->c.stride[nd - 1]);
+    if (m > 1 && p->c.stride[nd - 2] < n)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: c row stride %lld < n %lld", (long long)p->c.stride[nd - 2],
+                       (long long)n);
+    mf_mat_layout la, lb;
+    MF_TRY(mf_mat_layout_of(&p->a, op, "a", &la));
+    MF_TRY(mf_mat_layout_of(&p->b, op, "b", &lb));
+    MF_TRY(mf_check_disjoint(&p->c, &p->a, op, "c", "a"));
+    MF_TRY(mf_check_disjoint(&p->c, &p->b, op, "c", "b"));
+    if (p->bias) {
+        MF_TRY(mf_check_on(be, p->bias, op, "bias"));
+        if (p->bias->ndim != 1 || p->bias->shape[0] != n || !mf_tensor_is_contiguous(p->bias))
+            return mf_fail(MF_ERR_INVALID_ARG, "gemm: bias must be contiguous (n=%lld), got %d dims, shape[0]=%lld",
+                           (long long)n, p->bias->ndim, (long long)p->bias->shape[0]);
+        if (p->bias->dtype != p->c.dtype)
+            return mf_fail(MF_ERR_INVALID_ARG, "gemm: bias dtype %s != c dtype %s", mf_dtype_name(p->bias->dtype),
+                           mf_dtype_name(p->c.dtype));
+        MF_TRY(mf_check_disjoint(&p->c, p->bias, op, "c", "bias"));
+    }
+    if (p->epilogue != MF_EPILOGUE_NONE && p->epilogue != MF_EPILOGUE_GELU)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: invalid epilogue %d", (int)p->epilogue);
+    if (m == 0 || n == 0 || (nd == 3 && p->c.shape[0] == 0)) return MF_OK;
+    if (!be->gemm) return mf_fail(MF_ERR_UNSUPPORTED, "gemm: not implemented on the %s backend", be->name);
+    return be->gemm(be, p);
+}
