@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench.h"
 #include "minfer/minfer.h"
 
 static void usage(FILE *f) {
@@ -10,6 +11,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  info        backends and build information\n"
+            "  bench [op]  benchmarks (ops: softmax; none named: all); minfer bench softmax --help\n"
             "\n"
             "options:\n"
             "  -h, --help     this help\n"
@@ -30,6 +32,16 @@ static int cmd_info(void) {
     return 0;
 }
 
+// minfer bench [op] [options]: no op name (only options) runs every op's benchmark.
+static int cmd_bench(int argc, char **argv) {
+    if (argc > 0 && argv[0][0] != '-') {
+        if (!strcmp(argv[0], "softmax")) return mf_bench_softmax_main(argc - 1, argv + 1);
+        fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax)\n", argv[0]);
+        return 2;
+    }
+    return mf_bench_softmax_main(argc, argv);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -45,6 +57,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "info")) return cmd_info();
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     fprintf(stderr, "minfer: error: unknown command '%s' (see minfer --help)\n", cmd);
     return 2;
 }

@@ -91,7 +91,8 @@ typedef struct {
 mf_status mf_add(mf_backend *be, const mf_add_args *args);
 
 // ---------------------------------------------------------------------------
-// Fused scale + mask + softmax along the last dim, in one pass over memory:
+// Fused scale + mask + softmax along the last dim, in one pass over memory
+// (CUDA: rows up to ~32K columns; longer rows are read twice):
 //   y = softmax(scale * x + bias + mask)
 //   x, y: (rows, cols) or (batch, heads, q_len, k_len); stride[-1] == 1, other
 //         strides free; dtypes f32/f16/bf16 and may differ; y may be x
@@ -100,11 +101,16 @@ mf_status mf_add(mf_backend *be, const mf_add_args *args);
 //         aligned, as decode with a KV cache needs).
 //   key_lens: (batch) i32 on the backend's device, or NULL: keys j >= key_lens[b]
 //         are masked (padding). Values <= 0 mask the whole row, >= k_len none.
-//   bias: additive, (batch|1, heads|1, q_len, k_len) (2-D: (rows, cols)),
-//         stride 0 or size 1 on a dim broadcasts it; f32/f16/bf16; may hold -inf
-//         (ALiBi, user masks). NULL: none.
-//   A row with every key masked gives all zeros, never NaN; a NaN input stays
-//   in its own row. Math in f32.
+//   bias: additive, (batch|1, heads|1, q_len|1, k_len|1) (2-D: (rows|1,
+//         cols|1)), stride 0 or size 1 on a dim broadcasts it; the last dim has
+//         stride 1 or 0; f32/f16/bf16; may hold -inf (ALiBi, user masks); must
+//         not overlap y. NULL: none.
+//   scale: finite (any sign).
+//   Keys masked by causal/key_lens are ignored (x and bias may hold anything
+//   there, NaN included; the kernels skip loading them) and come out as 0.
+//   A row whose visible logits are all -inf gives all zeros, never NaN; a NaN
+//   (or +inf) logit makes its row's visible outputs NaN and touches no other
+//   row. Math in f32. CUDA: k_len < 2^31 - 16.
 typedef struct {
     mf_tensor x, y;
     float scale;

@@ -57,13 +57,13 @@ mf_status mf_arena_alloc(mf_arena *a, size_t bytes, void **out) {
 }
 
 mf_status mf_arena_tensor(mf_arena *a, mf_dtype dt, int32_t ndim, const int64_t *shape, mf_tensor *out) {
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "arena_tensor: out is NULL");
     if (!a) return mf_fail(MF_ERR_INVALID_ARG, "arena_tensor: arena is NULL");
     mf_tensor t;
     MF_TRY(mf_tensor_make(&t, NULL, dt, a->device, ndim, shape));
     int64_t n = mf_tensor_numel(&t);
     if (n > (int64_t)(SIZE_MAX / 8)) return mf_fail(MF_ERR_INVALID_ARG, "arena_tensor: %lld elements", (long long)n);
     MF_TRY(mf_arena_alloc(a, (size_t)n * mf_dtype_size(dt), &t.data));
-    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "arena_tensor: out is NULL");
     *out = t;
     return MF_OK;
 }

@@ -170,21 +170,39 @@ uint16_t mf_f32_to_bf16(float f) {
 
 float mf_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
+// Element access through memcpy: views may come from files whose data is not
+// aligned to the element size (compilers turn these into plain loads).
 float mf_load_f32(const void *p, mf_dtype dt, int64_t i) {
+    const char *b = (const char *)p;
+    uint16_t h;
     switch (dt) {
-    case MF_DTYPE_F32: return ((const float *)p)[i];
-    case MF_DTYPE_F16: return mf_f16_to_f32(((const uint16_t *)p)[i]);
-    case MF_DTYPE_BF16: return mf_bf16_to_f32(((const uint16_t *)p)[i]);
-    case MF_DTYPE_I32: return (float)((const int32_t *)p)[i];
+    case MF_DTYPE_F32: {
+        float f;
+        memcpy(&f, b + i * 4, 4);
+        return f;
+    }
+    case MF_DTYPE_F16: memcpy(&h, b + i * 2, 2); return mf_f16_to_f32(h);
+    case MF_DTYPE_BF16: memcpy(&h, b + i * 2, 2); return mf_bf16_to_f32(h);
+    case MF_DTYPE_I32: {
+        int32_t v;
+        memcpy(&v, b + i * 4, 4);
+        return (float)v;
+    }
     }
     return 0.0f;
 }
 
 void mf_store_f32(void *p, mf_dtype dt, int64_t i, float v) {
+    char *b = (char *)p;
+    uint16_t h;
     switch (dt) {
-    case MF_DTYPE_F32: ((float *)p)[i] = v; break;
-    case MF_DTYPE_F16: ((uint16_t *)p)[i] = mf_f32_to_f16(v); break;
-    case MF_DTYPE_BF16: ((uint16_t *)p)[i] = mf_f32_to_bf16(v); break;
-    case MF_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case MF_DTYPE_F32: memcpy(b + i * 4, &v, 4); break;
+    case MF_DTYPE_F16: h = mf_f32_to_f16(v); memcpy(b + i * 2, &h, 2); break;
+    case MF_DTYPE_BF16: h = mf_f32_to_bf16(v); memcpy(b + i * 2, &h, 2); break;
+    case MF_DTYPE_I32: {
+        int32_t x = (int32_t)v;
+        memcpy(b + i * 4, &x, 4);
+        break;
+    }
     }
 }

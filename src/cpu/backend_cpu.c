@@ -62,7 +62,7 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     be->add_norm = mf_cpu_add_norm;
     be->embed = mf_cpu_embed;
     be->add = mf_cpu_add;
-    be->softmax = NULL; // softmax.c (the softmax issue) sets this entry
+    be->softmax = mf_cpu_softmax;
     *out = be;
     return MF_OK;
 }

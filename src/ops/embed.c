@@ -10,7 +10,8 @@ mf_status mf_embed(mf_backend *be, const mf_embed_args *p) {
     if (p->ids.dtype != MF_DTYPE_I32)
         return mf_fail(MF_ERR_INVALID_ARG, "embed: ids dtype %s (want i32)", mf_dtype_name(p->ids.dtype));
     if (p->ids.ndim != 1 || !mf_tensor_is_contiguous(&p->ids))
-        return mf_fail(MF_ERR_INVALID_ARG, "embed: ids must be 1-D contiguous (got %d dims)", p->ids.ndim);
+        return mf_fail(MF_ERR_INVALID_ARG, "embed: ids must be 1-D contiguous (got %d dims, stride[0]=%lld)",
+                       p->ids.ndim, (long long)p->ids.stride[0]);
     MF_TRY(mf_check_float(&p->table, op, "table"));
     MF_TRY(mf_check_float(&p->y, op, "y"));
     MF_TRY(mf_check_ndim(&p->table, 2, op, "table"));

@@ -38,9 +38,10 @@ mf_status mf_gemm(mf_backend *be, const mf_gemm_args *p) {
         if (p->b.shape[0] != batch && p->b.shape[0] != 1)
             return mf_fail(MF_ERR_INVALID_ARG, "gemm: b batch %lld (want %lld or 1)", (long long)p->b.shape[0],
                            (long long)batch);
-        if (batch > 1 && p->c.stride[0] < m * n && m * n > 0)
-            return mf_fail(MF_ERR_INVALID_ARG, "gemm: c batch stride %lld overlaps (m*n = %lld)",
-                           (long long)p->c.stride[0], (long long)(m * n));
+        int64_t span = m > 0 && n > 0 ? (m - 1) * p->c.stride[1] + (n - 1) * p->c.stride[2] + 1 : 0;
+        if (batch > 1 && p->c.stride[0] < span)
+            return mf_fail(MF_ERR_INVALID_ARG, "gemm: c batch stride %lld < one matrix's span %lld (batches overlap)",
+                           (long long)p->c.stride[0], (long long)span);
     }
     if (p->c.stride[nd - 1] != 1 && n > 1)
         return mf_fail(MF_ERR_UNSUPPORTED, "gemm: c must be row-major (stride[-1]=%lld)",
@@ -56,8 +57,8 @@ mf_status mf_gemm(mf_backend *be, const mf_gemm_args *p) {
     if (p->bias) {
         MF_TRY(mf_check_on(be, p->bias, op, "bias"));
         if (p->bias->ndim != 1 || p->bias->shape[0] != n || !mf_tensor_is_contiguous(p->bias))
-            return mf_fail(MF_ERR_INVALID_ARG, "gemm: bias must be contiguous (n=%lld), got %d dims, shape[0]=%lld",
-                           (long long)n, p->bias->ndim, (long long)p->bias->shape[0]);
+            return mf_fail(MF_ERR_INVALID_ARG, "gemm: bias must be contiguous (n=%lld), got %d dims, shape[0]=%lld, stride[0]=%lld",
+                           (long long)n, p->bias->ndim, (long long)p->bias->shape[0], (long long)p->bias->stride[0]);
         if (p->bias->dtype != p->c.dtype)
             return mf_fail(MF_ERR_INVALID_ARG, "gemm: bias dtype %s != c dtype %s", mf_dtype_name(p->bias->dtype),
                            mf_dtype_name(p->c.dtype));

@@ -23,8 +23,8 @@ static mf_status check_vec(const mf_backend *be, const mf_tensor *t, const char 
     MF_TRY(mf_check_on(be, t, op, name));
     MF_TRY(mf_check_float(t, op, name));
     if (t->ndim != 1 || t->shape[0] != dim || !mf_tensor_is_contiguous(t))
-        return mf_fail(MF_ERR_INVALID_ARG, "add_norm: %s must be contiguous (dim=%lld), got %d dims, shape[0]=%lld",
-                       name, (long long)dim, t->ndim, (long long)t->shape[0]);
+        return mf_fail(MF_ERR_INVALID_ARG, "add_norm: %s must be contiguous (dim=%lld), got %d dims, shape[0]=%lld, stride[0]=%lld",
+                       name, (long long)dim, t->ndim, (long long)t->shape[0], (long long)t->stride[0]);
     return MF_OK;
 }
 

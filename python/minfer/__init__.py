@@ -1,0 +1,335 @@
+"""minfer: a thin ctypes binding over libminfer's kernel-level ops.
+
+Ops take numpy arrays (run on the CPU backend) or torch tensors (CUDA tensors
+run on the CUDA backend, on torch's current stream; CPU tensors on the CPU
+backend), zero-copy. Outputs are allocated when not given and returned.
+dtypes: float32, float16, bfloat16 (numpy: via ml_dtypes, if installed) and
+int32 for ids/lengths. Shapes, strides and dtypes are checked by the library;
+a failure raises MinferError naming the status and the bad value, and the
+library stays usable.
+
+    import numpy as np, minfer
+    c = minfer.gemm(a, b.T)                      # a @ b.T, b.T is a free view
+    y, s = minfer.add_norm(x, w, residual=r, sum_out=True)
+
+The library is found via $MINFER_LIB, else <repo>/build/libminfer.so, else
+the system's search path; it is loaded on first use. torch is optional and
+never imported by minfer itself.
+"""
+
+import atexit
+import contextlib
+import ctypes
+import threading
+
+from . import _lib as L
+from . import _tensor as T
+
+__version__ = "0.1.0"  # tests check that it matches mf_version()
+
+__all__ = [
+    "MinferError", "UnsupportedError", "version", "build_info", "cuda_available", "library_path",
+    "backend", "synchronize", "gemm", "add_norm", "embed", "add", "softmax",
+]
+
+
+# ---- errors ---------------------------------------------------------------------
+
+class MinferError(RuntimeError):
+    """A libminfer call failed. .status (int), .status_name ("MF_ERR_INVALID_ARG"),
+    .message (mf_last_error(): it names the bad value)."""
+
+    def __init__(self, status, status_name, message):
+        self.status, self.status_name, self.message = status, status_name, message
+        super().__init__(f"{status_name}: {message}")
+
+
+class UnsupportedError(MinferError):
+    """MF_ERR_UNSUPPORTED: valid arguments this backend/build cannot handle,
+    or an op this library does not implement."""
+
+
+def _raise_for(status, fallback=""):
+    if status == L.MF_OK:
+        return
+    lib = L.load()
+    name = (lib.mf_status_str(status) or b"MF_ERR_UNKNOWN").decode()
+    msg = (lib.mf_last_error() or b"").decode(errors="replace") or fallback or "(no message)"
+    cls = UnsupportedError if status == L.MF_ERR_UNSUPPORTED else MinferError
+    raise cls(status, name, msg)
+
+
+# ---- library information ----------------------------------------------------------
+
+def version():
+    """libminfer's version string ("0.1.0")."""
+    return L.load().mf_version().decode()
+
+
+def build_info():
+    """One line saying how the library was built (CUDA archs, BLAS, OpenMP)."""
+    return L.load().mf_build_info().decode()
+
+
+def cuda_available():
+    """True when the library has the CUDA backend and a device is usable."""
+    return bool(L.load().mf_cuda_available())
+
+
+def library_path():
+    """The libminfer file in use."""
+    return L.path()
+
+
+# ---- backends: one per device, created on first use -----------------------------
+
+class Backend:
+    """A libminfer backend (mf_backend*). Get one with minfer.backend()."""
+
+    def __init__(self, key):
+        self.key = key  # ("cpu", None) | ("cuda", index)
+        self.lock = threading.Lock()  # set_stream + op must not interleave
+        self._handle = ctypes.c_void_p()
+        lib = L.load()
+        with _on_device(key):
+            _raise_for(lib.mf_backend_init(key[0].encode(), ctypes.byref(self._handle)))
+
+    @property
+    def handle(self):
+        if not self._handle:
+            raise MinferError(L.MF_ERR_INVALID_ARG, "MF_ERR_INVALID_ARG", "backend already freed")
+        return self._handle
+
+    @property
+    def name(self):
+        return L.load().mf_backend_name(self.handle).decode()
+
+    def sync(self):
+        """Wait for queued work; raises on an asynchronous error (CUDA)."""
+        with self.lock, _on_device(self.key):
+            _raise_for(L.load().mf_backend_sync(self.handle))
+
+    def set_stream(self, stream):
+        """CUDA: run later ops on this cudaStream_t (an int address, None =
+        the legacy default stream). Ops called with torch tensors set torch's
+        current stream themselves."""
+        with self.lock:
+            _raise_for(L.load().mf_backend_set_stream(self.handle, stream or None))
+
+    def free(self):
+        if self._handle:
+            L.load().mf_backend_free(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __repr__(self):
+        dev = self.key[0] if self.key[1] is None else f"{self.key[0]}:{self.key[1]}"
+        return f"<minfer.Backend {dev}>"
+
+
+_backends = {}
+_backends_lock = threading.Lock()
+
+
+def _parse_device(device):
+    if isinstance(device, tuple):
+        return device
+    s = str(device)  # accepts torch.device too
+    if s == "cpu":
+        return ("cpu", None)
+    if s == "cuda" or s.startswith("cuda:"):
+        idx = int(s[5:]) if s.startswith("cuda:") else None
+        if idx is None:
+            torch = T.torch_module()
+            idx = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+        return ("cuda", idx)
+    raise ValueError(f"unknown device {device!r} (want 'cpu', 'cuda' or 'cuda:N')")
+
+
+def _on_device(key):
+    """Make key's CUDA device current (via torch, when it is loaded)."""
+    torch = T.torch_module()
+    if key[0] == "cuda" and torch is not None and torch.cuda.is_available():
+        return torch.cuda.device(key[1])
+    return contextlib.nullcontext()
+
+
+def backend(device="cpu"):
+    """The cached Backend for device ("cpu", "cuda", "cuda:N" or a torch.device)."""
+    key = _parse_device(device)
+    with _backends_lock:
+        be = _backends.get(key)
+        if be is None:
+            be = _backends[key] = Backend(key)
+        return be
+
+
+def synchronize(device="cuda"):
+    """Wait for the device's queued minfer work and report asynchronous
+    errors (e.g. an embedding id out of range on CUDA)."""
+    backend(device).sync()
+
+
+@atexit.register
+def _free_backends():
+    with _backends_lock:
+        for be in _backends.values():
+            be.free()
+        _backends.clear()
+
+
+# ---- calling an op ---------------------------------------------------------------
+
+def _call(op, fn_name, args, views):
+    """Run C function fn_name(be, &args) on the backend all views live on."""
+    lib = L.load()
+    fn = getattr(lib, fn_name, None)
+    if fn is None:
+        raise UnsupportedError(L.MF_ERR_UNSUPPORTED, "MF_ERR_UNSUPPORTED",
+                               f"{op}: not implemented in this library ({fn_name} is missing from {L.path()})")
+    first = views[0]
+    for v in views[1:]:
+        if v.device_key != first.device_key:
+            raise ValueError(f"{op}: arguments on different devices ({_dev(first)} and {_dev(v)})")
+    key = first.device_key
+    be = backend(key)
+    with be.lock, _on_device(key):
+        if key[0] == "cuda":
+            torch = T.torch_module()
+            stream = torch.cuda.current_stream(key[1]).cuda_stream if torch is not None else None
+            _raise_for(lib.mf_backend_set_stream(be.handle, stream or None))
+        _raise_for(fn(be.handle, ctypes.byref(args)))
+
+
+def _dev(v):
+    return v.device_key[0] if v.device_key[1] is None else f"{v.device_key[0]}:{v.device_key[1]}"
+
+
+def _opt(x, what, views, writable=False):
+    """Pointer to x's mf_tensor, or NULL for None."""
+    if x is None:
+        return None
+    v = T.view(x, what, writable)
+    views.append(v)
+    return ctypes.pointer(v.t)
+
+
+def _float(x, what):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a number, got {type(x).__name__}") from None
+
+
+# ---- ops ----------------------------------------------------------------------------
+
+def gemm(a, b, c=None, bias=None, alpha=1.0, beta=0.0, gelu=False):
+    """c = act(alpha * a @ b + beta * c + bias); returns c.
+
+    a: (m, k) or (batch, m, k); b: (k, n) or (batch, k, n); transposed views
+    (x.T, tensor.t()) are free. c: (m, n) or (batch, m, n) row-major, allocated
+    with a's dtype when None (then beta must be 0). bias: (n), c's dtype.
+    gelu: tanh-approximate GELU after the bias. Accumulation is f32."""
+    va, vb = T.view(a, "gemm: a"), T.view(b, "gemm: b")
+    if c is None:
+        if _float(beta, "gemm: beta") != 0.0:
+            raise ValueError("gemm: beta != 0 reads c, but c is None")
+        nd_a, nd_b = len(a.shape), len(b.shape)
+        if nd_a != nd_b or nd_a not in (2, 3):
+            raise ValueError(f"gemm: a has {nd_a} dims and b has {nd_b} (want both 2 or both 3)")
+        shape = (a.shape[-2], b.shape[-1])
+        if nd_a == 3:
+            shape = (max(a.shape[0], b.shape[0]),) + shape
+        c = T.empty_like_kind(a, shape)
+    views = [va, vb, T.view(c, "gemm: c", writable=True)]
+    args = L.GemmArgs(a=views[0].t, b=views[1].t, c=views[2].t)
+    args.bias = _opt(bias, "gemm: bias", views)
+    args.alpha = _float(alpha, "gemm: alpha")
+    args.beta = _float(beta, "gemm: beta")
+    args.epilogue = L.MF_EPILOGUE_GELU if gelu else L.MF_EPILOGUE_NONE
+    _call("gemm", "mf_gemm", args, views)
+    return c
+
+
+_NORM_KINDS = {"rms": L.MF_NORM_RMS, "layer": L.MF_NORM_LAYER}
+
+
+def add_norm(x, weight, residual=None, bias=None, kind="rms", eps=1e-5, sum_out=None, y=None):
+    """Fused residual add + norm over rows: s = x + residual; y = norm(s) * weight (+ bias).
+
+    x, residual, y, sum_out: (rows, dim), rows contiguous. kind: "rms" or
+    "layer" (bias: LayerNorm only). sum_out: None (not written), True
+    (allocated) or an array (may be x or residual). y: allocated like x when
+    None; may be x (in place). Returns y, or (y, sum_out) when sum_out is given."""
+    if kind not in _NORM_KINDS:
+        raise ValueError(f"add_norm: kind {kind!r} (want 'rms' or 'layer')")
+    vx = T.view(x, "add_norm: x")
+    if y is None:
+        y = T.empty_like_kind(x, tuple(x.shape))
+    want_sum = sum_out is not None
+    if sum_out is True:
+        sum_out = T.empty_like_kind(x, tuple(x.shape))
+    elif sum_out is False:
+        raise ValueError("add_norm: sum_out is None, True or an array (not False)")
+    views = [vx, T.view(y, "add_norm: y", writable=True),
+             T.view(weight, "add_norm: weight")]
+    args = L.NormArgs(x=views[0].t, y=views[1].t, weight=views[2].t)
+    args.residual = _opt(residual, "add_norm: residual", views)
+    args.sum_out = _opt(sum_out, "add_norm: sum_out", views, writable=True)
+    args.bias = _opt(bias, "add_norm: bias", views)
+    args.kind = _NORM_KINDS[kind]
+    args.eps = _float(eps, "add_norm: eps")
+    _call("add_norm", "mf_add_norm", args, views)
+    return (y, sum_out) if want_sum else y
+
+
+def embed(ids, table, out=None):
+    """out[t, :] = table[ids[t], :]; ids: (n) int32, table: (vocab, dim).
+    out: (n, dim), allocated with table's dtype when None. An id out of range
+    raises (CPU at once; CUDA at the next minfer.synchronize())."""
+    vi, vt = T.view(ids, "embed: ids"), T.view(table, "embed: table")
+    if out is None:
+        if len(ids.shape) != 1 or len(table.shape) != 2:
+            raise ValueError(f"embed: ids has {len(ids.shape)} dims and table {len(table.shape)} "
+                             f"(want 1 and 2)")
+        out = T.empty_like_kind(table, (ids.shape[0], table.shape[1]))
+    views = [vi, vt, T.view(out, "embed: out", writable=True)]
+    args = L.EmbedArgs(ids=views[0].t, table=views[1].t, y=views[2].t)
+    _call("embed", "mf_embed", args, views)
+    return out
+
+
+def add(a, b=None, alpha=1.0, beta=1.0, out=None):
+    """out = alpha * a + beta * b (b None: out = alpha * a). a, b, out
+    contiguous; b's element count divides a's and it is broadcast over a's
+    leading elements (a bias row). out: allocated like a; may be a or b."""
+    va = T.view(a, "add: a")
+    if out is None:
+        out = T.empty_like_kind(a, tuple(a.shape))
+    views = [va, T.view(out, "add: out", writable=True)]
+    args = L.AddArgs(a=views[0].t, y=views[1].t)
+    args.b = _opt(b, "add: b", views)
+    args.alpha = _float(alpha, "add: alpha")
+    args.beta = _float(beta, "add: beta")
+    _call("add", "mf_add", args, views)
+    return out
+
+
+def softmax(x, y=None, scale=1.0, causal=False, key_lens=None, bias=None):
+    """y = softmax(scale * x + bias + mask) along the last dim.
+
+    x, y: (rows, cols) or (batch, heads, q_len, k_len), last dim contiguous;
+    y allocated like x when None; may be x (in place). causal: query i sees
+    key j iff j <= i + k_len - q_len. key_lens: (batch) int32, keys j >=
+    key_lens[b] masked. bias: additive, broadcastable by stride 0 / size 1.
+    A fully masked row gives zeros."""
+    vx = T.view(x, "softmax: x")
+    if y is None:
+        y = T.empty_like_kind(x, tuple(x.shape))
+    views = [vx, T.view(y, "softmax: y", writable=True)]
+    args = L.SoftmaxArgs(x=views[0].t, y=views[1].t)
+    args.scale = _float(scale, "softmax: scale")
+    args.causal = bool(causal)
+    args.key_lens = _opt(key_lens, "softmax: key_lens", views)
+    args.bias = _opt(bias, "softmax: bias", views)
+    _call("softmax", "mf_softmax", args, views)
+    return y

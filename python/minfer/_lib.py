@@ -1,0 +1,220 @@
+"""Loading libminfer and the ctypes mirror of its C structs.
+
+The structs here must match include/minfer/tensor.h and include/minfer/ops.h
+field for field; ctypes inserts the same padding a C compiler does (the
+binding's tests compile a probe that prints sizeof/offsetof to check it).
+"""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from pathlib import Path
+
+# ---- enums (C ints) -----------------------------------------------------------
+
+# mf_status
+MF_OK = 0
+MF_ERR_INVALID_ARG = 1
+MF_ERR_UNSUPPORTED = 2
+MF_ERR_OOM = 3
+MF_ERR_IO = 4
+MF_ERR_FORMAT = 5
+MF_ERR_CUDA = 6
+MF_ERR_INTERNAL = 7
+
+# mf_dtype
+MF_DTYPE_F32 = 0
+MF_DTYPE_F16 = 1
+MF_DTYPE_BF16 = 2
+MF_DTYPE_I32 = 3
+DTYPE_NAMES = {MF_DTYPE_F32: "f32", MF_DTYPE_F16: "f16", MF_DTYPE_BF16: "bf16", MF_DTYPE_I32: "i32"}
+
+# mf_device
+MF_DEVICE_CPU = 0
+MF_DEVICE_CUDA = 1
+
+# mf_epilogue, mf_norm_kind
+MF_EPILOGUE_NONE = 0
+MF_EPILOGUE_GELU = 1
+MF_NORM_RMS = 0
+MF_NORM_LAYER = 1
+
+MF_MAX_DIMS = 4
+
+
+# ---- structs ------------------------------------------------------------------
+
+class Tensor(ctypes.Structure):
+    """mf_tensor: a view (pointer, dtype, device, shape, strides in elements)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),   # mf_dtype
+        ("device", ctypes.c_int),  # mf_device
+        ("ndim", ctypes.c_int32),
+        # 4 bytes of padding here, as in C: int64 fields are 8-aligned
+        ("shape", ctypes.c_int64 * MF_MAX_DIMS),   # unused dims are 1
+        ("stride", ctypes.c_int64 * MF_MAX_DIMS),  # elements; unused dims are 0
+    ]
+
+
+TensorP = ctypes.POINTER(Tensor)
+
+
+class GemmArgs(ctypes.Structure):
+    _fields_ = [
+        ("a", Tensor), ("b", Tensor), ("c", Tensor),
+        ("bias", TensorP),
+        ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
+        ("epilogue", ctypes.c_int),  # mf_epilogue
+    ]
+
+
+class NormArgs(ctypes.Structure):
+    _fields_ = [
+        ("x", Tensor),
+        ("residual", TensorP),
+        ("sum_out", TensorP),
+        ("y", Tensor),
+        ("weight", Tensor),
+        ("bias", TensorP),
+        ("kind", ctypes.c_int),  # mf_norm_kind
+        ("eps", ctypes.c_float),
+    ]
+
+
+class EmbedArgs(ctypes.Structure):
+    _fields_ = [("ids", Tensor), ("table", Tensor), ("y", Tensor)]
+
+
+class AddArgs(ctypes.Structure):
+    _fields_ = [
+        ("a", Tensor),
+        ("b", TensorP),
+        ("y", Tensor),
+        ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
+    ]
+
+
+class SoftmaxArgs(ctypes.Structure):
+    _fields_ = [
+        ("x", Tensor), ("y", Tensor),
+        ("scale", ctypes.c_float),
+        ("causal", ctypes.c_bool),  # C _Bool
+        ("key_lens", TensorP),
+        ("bias", TensorP),
+    ]
+
+
+# ---- the library ----------------------------------------------------------------
+
+_c_status = ctypes.c_int
+_vp = ctypes.c_void_p
+
+# name -> (restype, argtypes). Ops get their args struct as a pointer.
+_PROTOTYPES = {
+    "mf_version": (ctypes.c_char_p, []),
+    "mf_build_info": (ctypes.c_char_p, []),
+    "mf_status_str": (ctypes.c_char_p, [ctypes.c_int]),
+    "mf_last_error": (ctypes.c_char_p, []),
+    "mf_clear_error": (None, []),
+    "mf_cuda_available": (ctypes.c_bool, []),
+    "mf_backend_init": (_c_status, [ctypes.c_char_p, ctypes.POINTER(_vp)]),
+    "mf_backend_free": (None, [_vp]),
+    "mf_backend_name": (ctypes.c_char_p, [_vp]),
+    "mf_backend_device": (ctypes.c_int, [_vp]),
+    "mf_backend_sync": (_c_status, [_vp]),
+    "mf_backend_set_stream": (_c_status, [_vp, _vp]),
+    "mf_gemm": (_c_status, [_vp, ctypes.POINTER(GemmArgs)]),
+    "mf_add_norm": (_c_status, [_vp, ctypes.POINTER(NormArgs)]),
+    "mf_embed": (_c_status, [_vp, ctypes.POINTER(EmbedArgs)]),
+    "mf_add": (_c_status, [_vp, ctypes.POINTER(AddArgs)]),
+    "mf_softmax": (_c_status, [_vp, ctypes.POINTER(SoftmaxArgs)]),
+}
+
+# Functions that may be missing from an older or partial build: their wrappers
+# raise UnsupportedError instead of the import failing.
+_OPTIONAL = {"mf_softmax"}
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+
+
+def _repo_root():
+    return Path(__file__).resolve().parents[2]  # python/minfer/_lib.py -> repo
+
+
+def candidates():
+    """Where the library is looked for, in order: $MINFER_LIB, the repo's
+    build/libminfer.so, then the system's library search."""
+    out = []
+    env = os.environ.get("MINFER_LIB")
+    if env:
+        return [env]  # an explicit choice is never second-guessed
+    out.append(str(_repo_root() / "build" / "libminfer.so"))
+    found = ctypes.util.find_library("minfer")
+    if found:
+        out.append(found)
+    return out
+
+
+def load():
+    """The loaded ctypes.CDLL (loaded on first use, then cached)."""
+    global _lib, _path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for cand in candidates():
+            if os.sep in cand and not os.path.exists(cand):
+                tried.append(f"{cand} (no such file)")
+                continue
+            try:
+                lib = ctypes.CDLL(cand)
+            except OSError as e:
+                tried.append(f"{cand} ({e})")
+                continue
+            _declare(lib)
+            _lib, _path = lib, cand
+            return lib
+        raise OSError(
+            "minfer: cannot load libminfer.so; tried: " + "; ".join(tried or ["nothing"]) +
+            ". Build it (cmake -B build && cmake --build build) or set MINFER_LIB to its path.")
+
+
+def path():
+    """The file the library was loaded from (loads it if needed)."""
+    load()
+    return _path
+
+
+def _declare(lib):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            if name in _OPTIONAL:
+                continue
+            raise OSError(f"minfer: {name} is missing from the library; is it a libminfer build?")
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def has(name):
+    """True when the loaded library exports the C function `name`."""
+    return hasattr(load(), name)
+
+
+# The layout a C compiler gives these structs, for the binding's tests.
+LAYOUT = {
+    "mf_tensor": (Tensor, ["data", "dtype", "device", "ndim", "shape", "stride"]),
+    "mf_gemm_args": (GemmArgs, ["a", "b", "c", "bias", "alpha", "beta", "epilogue"]),
+    "mf_norm_args": (NormArgs, ["x", "residual", "sum_out", "y", "weight", "bias", "kind", "eps"]),
+    "mf_embed_args": (EmbedArgs, ["ids", "table", "y"]),
+    "mf_add_args": (AddArgs, ["a", "b", "y", "alpha", "beta"]),
+    "mf_softmax_args": (SoftmaxArgs, ["x", "y", "scale", "causal", "key_lens", "bias"]),
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for SECONDS
+# on its seed corpus, then prints executions per target.
+#
+#   bash scripts/fuzz.sh [SECONDS=60] [TARGET...]     (default: every fuzz/fuzz_*.c)
+#
+# Build dir: $MF_FUZZ_BUILD (default build-fuzz); new corpus entries, logs and
+# crash reproducers go to $MF_FUZZ_OUT (default build-fuzz/fuzz-out), never into
+# the seed corpus. Exits non-zero when a target crashes, leaks or times out:
+# copy the reproducer into fuzz/corpus/<name>/ and add a case to the tests.
+set -euo pipefail
+
+secs=${1:-60}
+shift || true
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${MF_FUZZ_BUILD:-$root/build-fuzz}
+out=${MF_FUZZ_OUT:-$build/fuzz-out}
+
+if [ $# -gt 0 ]; then
+  targets=("$@")
+else
+  targets=()
+  for f in "$root"/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
+fi
+
+command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DMF_FUZZ=ON -DMF_CUDA=OFF \
+  -DMF_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target "${targets[@]}" -j2 >/dev/null
+
+failed=0
+rows=()
+for t in "${targets[@]}"; do
+  name=${t#fuzz_}
+  seeds="$root/fuzz/corpus/$name"
+  dir="$out/$t"
+  rm -rf "$dir/crashes"
+  mkdir -p "$dir/corpus" "$dir/crashes"
+  args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+        -artifact_prefix="$dir/crashes/")
+  [ -f "$root/fuzz/$name.dict" ] && args+=(-dict="$root/fuzz/$name.dict")
+  echo "fuzz.sh: $t for ${secs}s (log: $dir/log)" >&2
+  rc=0
+  "$build/fuzz/$t" "${args[@]}" "$dir/corpus" "$seeds" >"$dir/log" 2>&1 || rc=$?
+  execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$dir/log" | tail -1)
+  rate=$(awk '/stat::average_exec_per_sec/ {print $2}' "$dir/log" | tail -1)
+  ncorp=$(find "$dir/corpus" -type f | wc -l)
+  status=ok
+  if [ "$rc" -ne 0 ]; then
+    status="CRASH (rc $rc): $(ls "$dir/crashes" | head -1)"
+    failed=1
+    grep -m1 -E "ERROR: |runtime error|==ERROR" "$dir/log" >&2 || true
+  fi
+  rows+=("$(printf '%-20s %6ss %12s %10s %8s  %s' "$t" "$secs" "${execs:-?}" "${rate:-?}" "$ncorp" "$status")")
+done
+
+printf '%-20s %7s %12s %10s %8s  %s\n' target time executions exec/s new-corp status
+for r in "${rows[@]}"; do echo "$r"; done
+exit $failed

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # stage functions are called indirectly (stage NAME LOG FN)
+# One run on the (air-gapped) GPU host: dependencies, build for sm_90a, CTest,
+# compute-sanitizer memcheck of the CUDA op tests, the Python tests with torch,
+# benchmarks; logs under OUTDIR and a short table printed last.
+#
+#   bash scripts/gpu-check.sh OUTDIR
+#
+# Files in OUTDIR (8 at most, so that the device tool brings them all back):
+#   summary.txt  the table below plus device/commit/date
+#   build.log    dependency setup, configure, build
+#   ctest.log    ctest --output-on-failure
+#   memcheck.log compute-sanitizer --tool memcheck on test_ops --backend cuda
+#   pytest.log   pytest -v tests/python (torch CUDA tests included)
+#   bench.log, bench_*.csv  only if `minfer bench` exists (called as
+#                `minfer bench --csv FILE`) and/or bench/*_peers.py exist
+#                (called as `python3 bench/NAME_peers.py --out FILE`)
+#
+# Dependencies: the host lacks OpenBLAS/cJSON/PCRE2 (-dev) and maybe
+# pkg-config. For each one the host's pkg-config cannot find, the .debs that
+# scripts/gpu-prepare.sh downloaded (take .debs/ along; with the device tool:
+# carry [".debs"]) are unpacked with `dpkg -x` into .gpu-prefix/ (never /),
+# the .pc files and absolute symlinks are redirected into the prefix, and
+# PKG_CONFIG_PATH, CMAKE_PREFIX_PATH, LD_LIBRARY_PATH, LIBRARY_PATH and
+# C_INCLUDE_PATH point there. `source .gpu-prefix/env.sh` repeats that by hand.
+#
+# Environment knobs:
+#   BUILD_DIR=build            build folder
+#   MF_CUDA_ARCHS=90a          CMAKE_CUDA_ARCHITECTURES
+#   MF_CMAKE_ARGS="..."        extra configure arguments
+#   MF_GPU_FORCE_PREFIX=1      unpack every package even if the host has it
+#   MF_GPU_ISOLATE_PKGCONFIG=1 pkg-config sees only the prefix (PKG_CONFIG_LIBDIR):
+#                              with FORCE, proves the prefix alone is enough
+# Every stage runs (later ones are skipped only when the build is missing);
+# the exit status is 1 if any stage failed.
+set -uo pipefail
+
+if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
+  sed -n '3,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 2
+fi
+mkdir -p "$1" || exit 2
+out=$(cd "$1" && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 2
+build=${BUILD_DIR:-build}
+[[ $build = /* ]] || build="$root/$build"
+prefix="$root/.gpu-prefix"
+jobs=$(nproc 2>/dev/null || echo 4)
+: >"$out/build.log"
+
+names=() states=() times=() notes=()
+failed=0
+have_build=0 have_cuda=0
+
+# stage NAME LOGFILE FUNCTION: run FUNCTION in this shell (its exports persist),
+# output appended to LOGFILE; it sets $note and returns 0 (PASS), 1 (FAIL) or 2 (SKIP).
+stage() {
+  local name=$1 log=$2 fn=$3 t rc state
+  note=""
+  echo "== $name ($(date +%H:%M:%S))"
+  t=$(date +%s)
+  { echo "===== $name: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; } >>"$log"
+  "$fn" >>"$log" 2>&1 </dev/null
+  rc=$?
+  case $rc in
+    0) state=PASS ;;
+    2) state=SKIP ;;
+    *) state=FAIL; failed=1 ;;
+  esac
+  names+=("$name") states+=("$state") times+=("$(( $(date +%s) - t ))s") notes+=("$note")
+  echo "   $state${note:+  ($note)}"
+}
+
+# ---- env: what ran where -----------------------------------------------------------------
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [[ $commit != unknown ]] && [[ -n $(git -C "$root" status --porcelain 2>/dev/null | head -n1) ]]; then
+  commit="$commit+dirty"
+fi
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n1)
+nvcc_bin=$(command -v nvcc || { [[ -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local/cuda/bin/nvcc; })
+nvcc_ver=$([[ -n $nvcc_bin ]] && "$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+torch_ver=$(python3 -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, 'gpu' if torch.cuda.is_available() else 'no-gpu')" 2>/dev/null)
+header=$(cat <<EOF
+minfer gpu-check  $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit $commit  host $(hostname)
+device: ${gpu:-no nvidia-smi / no GPU}
+nvcc: ${nvcc_ver:-none} ${nvcc_bin:-}   cmake: $(cmake --version 2>/dev/null | head -n1 | awk '{print $3}')   python: $(python3 -c 'import sys; print(sys.version.split()[0])' 2>/dev/null)   torch: ${torch_ver:-not importable}
+EOF
+)
+echo "$header"
+echo "$header" >>"$out/build.log"
+
+# ---- deps ---------------------------------------------------------------------------------------
+host_pc() { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$1" 2>/dev/null; }
+cmake_extra=()
+
+stage_deps() {
+  echo "ldconfig -p | grep -E 'openblas|cjson|pcre2|gfortran':"
+  ldconfig -p 2>/dev/null | grep -E 'openblas|cjson|pcre2|gfortran' || echo "  (none)"
+  local force=${MF_GPU_FORCE_PREFIX:-0} want=() groups=()
+  if [[ $force == 1 ]] || ! command -v pkg-config >/dev/null 2>&1; then
+    groups+=(pkg-config); want+=(pkgconf pkgconf-bin libpkgconf3)
+  fi
+  if [[ $force == 1 ]] || ! host_pc openblas; then
+    groups+=(openblas); want+=(libopenblas0-pthread libopenblas-pthread-dev)
+    if [[ $force == 1 ]] || ! ldconfig -p 2>/dev/null | grep -q 'libgfortran\.so\.5'; then
+      want+=(libgfortran5 libquadmath0)
+    fi
+  fi
+  if [[ $force == 1 ]] || ! host_pc libcjson; then
+    groups+=(cjson); want+=(libcjson1 libcjson-dev)
+  fi
+  if [[ $force == 1 ]] || ! host_pc libpcre2-8; then
+    groups+=(pcre2); want+=(libpcre2-8-0 libpcre2-dev libpcre2-16-0 libpcre2-32-0 libpcre2-posix3)
+  fi
+  if [[ $force == 1 ]] || ! command -v ninja >/dev/null 2>&1; then
+    groups+=(ninja); want+=(ninja-build)
+  fi
+  if ((${#groups[@]} == 0)); then
+    note="host has OpenBLAS, cJSON, PCRE2, pkg-config, ninja"
+    return 0
+  fi
+  echo "to unpack into $prefix: ${groups[*]}"
+  local arch debs=() p f
+  arch=$(dpkg --print-architecture 2>/dev/null || uname -m)
+  for p in "${want[@]}"; do
+    f=$(ls "$root/.debs/${p}_"*.deb 2>/dev/null | head -n1)
+    if [[ -z $f ]]; then
+      echo "missing .debs/${p}_*.deb: run scripts/gpu-prepare.sh on a networked Debian machine and bring .debs/"
+      note="no .deb for $p (run scripts/gpu-prepare.sh, carry .debs)"
+      return 1
+    fi
+    if [[ $(dpkg-deb -f "$f" Architecture) != "$arch" && $(dpkg-deb -f "$f" Architecture) != all ]]; then
+      note="$(basename "$f") is not for $arch"
+      return 1
+    fi
+    debs+=("$f")
+  done
+  rm -rf "$prefix" && mkdir -p "$prefix" || return 1
+  for f in "${debs[@]}"; do
+    echo "dpkg -x $(basename "$f")"
+    dpkg -x "$f" "$prefix" || { note="dpkg -x $(basename "$f") failed"; return 1; }
+  done
+  # .pc files say /usr (prefix=/usr, libdir=/usr/lib/...): redirect into the prefix
+  find "$prefix" -name '*.pc' -type f -print0 |
+    xargs -0 -r sed -i -E "s#(^|[=[:space:]]|-I|-L)/usr(/|\$|[[:space:]])#\1$prefix/usr\2#g"
+  # absolute symlinks would point into the host's /
+  local l t
+  while IFS= read -r -d '' l; do
+    t=$(readlink "$l")
+    if [[ $t == /* ]]; then ln -sfn "$prefix$t" "$l"; echo "relinked $l -> $prefix$t"; fi
+  done < <(find "$prefix" -type l -print0)
+  # the multiarch triplet dir (usr/lib/x86_64-linux-gnu)
+  local ml
+  ml=$(find "$prefix/usr/lib" -maxdepth 1 -type d -name '*-linux-gnu*' | head -n1)
+  [[ -n $ml ]] || ml="$prefix/usr/lib"
+  # what update-alternatives would have linked for OpenBLAS (dpkg -x runs no scripts)
+  if [[ -d $ml/openblas-pthread ]]; then
+    mkdir -p "$ml/pkgconfig"
+    ln -sfn openblas-pthread/libopenblas.so.0 "$ml/libopenblas.so.0"
+    ln -sfn openblas-pthread/libopenblas.so "$ml/libopenblas.so"
+    ln -sfn ../openblas-pthread/pkgconfig/openblas.pc "$ml/pkgconfig/openblas.pc"
+  fi
+  local pcp="$ml/pkgconfig:$ml/openblas-pthread/pkgconfig:$prefix/usr/share/pkgconfig"
+  {
+    echo "# source this to build against the unpacked packages (written by scripts/gpu-check.sh)"
+    if [[ ${MF_GPU_ISOLATE_PKGCONFIG:-0} == 1 ]]; then
+      echo "export PKG_CONFIG_LIBDIR=\"$pcp\""
+      echo "unset PKG_CONFIG_PATH"
+    else
+      echo "export PKG_CONFIG_PATH=\"$pcp\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}\""
+    fi
+    echo "export CMAKE_PREFIX_PATH=\"$prefix/usr\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}\""
+    echo "export LD_LIBRARY_PATH=\"$ml:$ml/openblas-pthread\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\""
+    echo "export LIBRARY_PATH=\"$ml:$ml/openblas-pthread\${LIBRARY_PATH:+:\$LIBRARY_PATH}\""
+    echo "export C_INCLUDE_PATH=\"$prefix/usr/include\${C_INCLUDE_PATH:+:\$C_INCLUDE_PATH}\""
+    echo "export PATH=\"\$PATH:$prefix/usr/bin\""  # host tools first; ours fill gaps
+  } >"$prefix/env.sh"
+  cat "$prefix/env.sh"
+  # shellcheck disable=SC1091
+  source "$prefix/env.sh"
+  local pc=pkg-config
+  if [[ " ${groups[*]} " == *" pkg-config "* ]]; then  # the host has none (or FORCE): ours
+    pc="$prefix/usr/bin/pkg-config"
+    cmake_extra+=(-DPKG_CONFIG_EXECUTABLE="$pc")
+  fi
+  local m bad=0
+  for m in openblas libcjson libpcre2-8; do
+    if "$pc" --exists "$m"; then
+      echo "$pc: $m $("$pc" --modversion "$m"): $("$pc" --cflags --libs "$m")"
+    else
+      echo "$pc cannot find $m"; bad=1
+    fi
+  done
+  note="prefix: ${groups[*]}"
+  return $bad
+}
+stage deps "$out/build.log" stage_deps
+
+# ---- configure + build ---------------------------------------------------------------------
+stage_configure() {
+  if [[ -z $(command -v nvcc) && -z ${CUDACXX:-} && -x /usr/local/cuda/bin/nvcc ]]; then
+    export CUDACXX=/usr/local/cuda/bin/nvcc
+  fi
+  local gen=()
+  [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+  # shellcheck disable=SC2086
+  cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_CUDA_ARCHITECTURES="${MF_CUDA_ARCHS:-90a}" \
+    "${cmake_extra[@]}" ${MF_CMAKE_ARGS:-} || return 1
+  grep -E '^(OPENBLAS|CJSON|PCRE2)_LINK_LIBRARIES:' "$build/CMakeCache.txt"
+  note=$(grep -h -o -E 'minfer: (CUDA backend ON \([^)]*\)|no nvcc.*)' "$out/build.log" | tail -n1)
+}
+stage configure "$out/build.log" stage_configure
+
+stage_build() {
+  cmake --build "$build" -j "$jobs" || return 1
+  have_build=1
+  local info
+  info=$("$build/minfer" info 2>&1)
+  echo "$info"
+  grep -q cuda <<<"$(grep '^build:' <<<"$info")" && have_cuda=1
+  note=$(grep '^backend:' <<<"$info")
+}
+stage build "$out/build.log" stage_build
+
+# ---- tests ------------------------------------------------------------------------------------------
+stage_ctest() {
+  ((have_build)) || { note="no build"; return 2; }
+  (cd "$build" && ctest --output-on-failure -j "$jobs")
+  local rc=$?
+  note=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n1)
+  return $(( rc ? 1 : 0 ))
+}
+: >"$out/ctest.log"
+stage ctest "$out/ctest.log" stage_ctest
+
+stage_memcheck() {
+  ((have_build)) || { note="no build"; return 2; }
+  ((have_cuda)) || { note="CPU-only build"; return 2; }
+  local cs test_ops
+  cs=$(command -v compute-sanitizer || { [[ -x /usr/local/cuda/bin/compute-sanitizer ]] &&
+                                         echo /usr/local/cuda/bin/compute-sanitizer; })
+  [[ -n $cs ]] || { note="compute-sanitizer not found"; return 1; }
+  test_ops=$(find "$build" -name test_ops -type f -perm -u+x | head -n1)
+  [[ -n $test_ops ]] || { note="test_ops not built"; return 1; }
+  "$cs" --tool memcheck --leak-check full --error-exitcode 86 "$test_ops" --backend cuda
+  local rc=$?
+  note="$(grep -h 'ERROR SUMMARY' "$out/memcheck.log" | tail -n1 | sed 's/^=* *//'); $(grep -E '[0-9]+ passed' "$out/memcheck.log" | tail -n1)"
+  return $(( rc ? 1 : 0 ))
+}
+: >"$out/memcheck.log"
+stage memcheck "$out/memcheck.log" stage_memcheck
+
+stage_pytest() {
+  ((have_build)) || { note="no build"; return 2; }
+  export MINFER_LIB="$build/libminfer.so"
+  python3 -m pytest "$root/tests/python" -v -rs -p no:cacheprovider
+  local rc=$?
+  note=$(tail -n1 "$out/pytest.log" | sed 's/^=* *//; s/ *=*$//')
+  ((rc)) && return 1
+  if ((have_cuda)) && ! python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    note="torch with CUDA not importable: CUDA tests did not run; $note"
+    return 1
+  fi
+  return 0
+}
+: >"$out/pytest.log"
+stage pytest "$out/pytest.log" stage_pytest
+
+# ---- benchmarks (optional hooks) --------------------------------------------------------------------
+stage_bench() {
+  ((have_build)) || { note="no build"; return 2; }
+  local ran=0 bad=0 f name
+  if "$build/minfer" --help 2>&1 | grep -qw bench; then
+    ran=1
+    echo "--- minfer bench --csv $out/bench_minfer.csv"
+    "$build/minfer" bench --csv "$out/bench_minfer.csv" || bad=1
+  fi
+  for f in "$root"/bench/*_peers.py; do
+    [[ -f $f ]] || continue
+    ran=1
+    name=$(basename "$f" .py)
+    echo "--- python3 bench/$name.py --out $out/bench_$name.csv"
+    MINFER_LIB="$build/libminfer.so" python3 "$f" --out "$out/bench_$name.csv" || bad=1
+  done
+  ((ran)) || { note="no minfer bench, no bench/*_peers.py"; return 2; }
+  note="$(cd "$out" && ls bench_*.csv 2>/dev/null | tr '\n' ' ')"
+  return $bad
+}
+stage bench "$out/bench.log" stage_bench
+[[ -s $out/bench.log ]] || rm -f "$out/bench.log"
+
+# ---- summary (last) ------------------------------------------------------------------------------------
+{
+  echo "$header"
+  echo
+  printf '%-10s %-5s %6s  %s\n' stage state time notes
+  for i in "${!names[@]}"; do
+    printf '%-10s %-5s %6s  %s\n' "${names[$i]}" "${states[$i]}" "${times[$i]}" "${notes[$i]}"
+  done
+  echo
+  echo "logs: $out   result: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"
+} >"$out/summary.txt"
+echo
+cat "$out/summary.txt"
+exit $failed

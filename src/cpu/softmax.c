@@ -1,0 +1,194 @@
+// CPU fused scale + mask + softmax: y = softmax(scale * x + bias + mask).
+// One row per OpenMP iteration, two passes over the row:
+//   1. online max/sum: per block of kBlk columns, u = scale * x + bias in f32;
+//      the running sum is rescaled whenever the running max grows;
+//   2. normalise: recompute u per block, y = exp(u - max) / sum.
+// Keys j >= limit (causal, key_lens) are masked: never read, written as 0.
+// Blocks are converted to f32 first so that the math loops are plain f32 and
+// vectorise (f32 input skips the conversion); exp is a branch-free polynomial.
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "ops/softmax_geom.h"
+
+enum { kBlk = 256 }; // columns per block: the f32 scratch (2 KB) stays in L1
+
+static inline uint32_t fbits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline float bitsf(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+// m ? a : b for a mask m of all ones or zeros. Bitwise, so that GCC
+// vectorises it (it will not if-convert float selects under -ftrapping-math).
+static inline float sel(uint32_t m, float a, float b) { return bitsf((fbits(a) & m) | (fbits(b) & ~m)); }
+static inline uint32_t mask_of(int c) { return 0u - (uint32_t)c; }
+
+// e^x for x <= 0, in f32, about 1 ulp, branch-free so that loops over it
+// vectorise: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a
+// degree-7 Taylor polynomial (remainder < 6e-9 relative); the integer n comes
+// from the round-to-nearest "magic number" trick (no float-to-int conversion).
+// Results below 2^-126 (x < -87.33) flush to 0; NaN stays NaN. The range
+// tests look at the bits: x < -87.33 is "bits > those of -87.33" among
+// negative floats, and a positive x (never passed) is treated as 0.
+static inline float exp_nonpos(float x) {
+    const uint32_t ux = fbits(x);
+    const uint32_t below = mask_of(ux > 0xC2AEA8F6u); // -87.33f
+    const uint32_t pos = mask_of(ux < 0x80000000u), nan = mask_of((ux & 0x7fffffffu) > 0x7f800000u);
+    const float xc = sel(below, -87.33f, sel(pos, 0.0f, x));
+    const float magic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer in the low bits
+    const float k = xc * 1.44269504f + magic;
+    const float n = k - magic;
+    float r = xc - n * 0.693145752f; // ln2 split: hi has 15 significant bits, n * hi is exact
+    r = r - n * 1.42860677e-6f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float e = p * bitsf((fbits(k) - 0x4B400000u + 127u) << 23); // p * 2^n, n in [-126, 0]
+    return sel(nan, x, sel(below, 0.0f, e));
+}
+
+// dst[0..n) = src[off .. off+n) as f32.
+static void load_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n) {
+    switch (dt) {
+    case MF_DTYPE_F32: memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float)); break;
+    case MF_DTYPE_BF16: {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t j = 0; j < n; j++) dst[j] = bitsf((uint32_t)s[j] << 16);
+        break;
+    }
+    default:
+        for (int64_t j = 0; j < n; j++) dst[j] = mf_load_f32(src, dt, off + j);
+        break;
+    }
+}
+
+static void store_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n) {
+    if (dt == MF_DTYPE_F32) {
+        memcpy((float *)dst + off, src, (size_t)n * sizeof(float));
+        return;
+    }
+    if (dt == MF_DTYPE_BF16) { // round to nearest even; NaN stays a (quiet) NaN
+        uint16_t *d = (uint16_t *)dst + off;
+        for (int64_t j = 0; j < n; j++) {
+            const uint32_t b = fbits(src[j]), nan = mask_of((b & 0x7fffffffu) > 0x7f800000u);
+            const uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+            d[j] = (uint16_t)((((b >> 16) | 0x40u) & nan) | (r & ~nan));
+        }
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) mf_store_f32(dst, dt, off + j, src[j]);
+}
+
+static void store_zeros(void *dst, mf_dtype dt, int64_t off, int64_t n) {
+    if (n > 0) memset((char *)dst + off * (int64_t)mf_dtype_size(dt), 0, (size_t)n * mf_dtype_size(dt));
+}
+
+// One row's pointers and constants.
+typedef struct {
+    const mf_softmax_args *p;
+    int64_t xo, yo, bo; // element offsets of the row in x, y, bias
+    bool bias_cols;     // bias varies along keys (stride 1); else a per-row constant c
+    float c;            // the per-row constant bias term (0 when it is finite: it cancels)
+} row_ctx;
+
+// u[0..n) = scale * x + bias over columns j0 .. j0+n of the row.
+static void row_logits(const row_ctx *rc, int64_t j0, int64_t n, float *u, float *tmp) {
+    const mf_softmax_args *p = rc->p;
+    const float scale = p->scale;
+    load_f32(u, p->x.data, p->x.dtype, rc->xo + j0, n);
+    if (rc->bias_cols) {
+        load_f32(tmp, p->bias->data, p->bias->dtype, rc->bo + j0, n);
+        for (int64_t j = 0; j < n; j++) u[j] = u[j] * scale + tmp[j];
+    } else {
+        const float c = rc->c;
+        for (int64_t j = 0; j < n; j++) u[j] = u[j] * scale + c;
+    }
+}
+
+// Largest non-NaN value of u[0..n) (-inf if none): eight lanes, so it vectorises.
+static float block_max(const float *u, int64_t n) {
+    float m[8];
+    for (int l = 0; l < 8; l++) m[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) m[l] = u[j + l] > m[l] ? u[j + l] : m[l];
+    for (; j < n; j++) m[0] = u[j] > m[0] ? u[j] : m[0];
+    float r = m[0];
+    for (int l = 1; l < 8; l++) r = m[l] > r ? m[l] : r;
+    return r;
+}
+
+// sum of exp(u - m) over u[0..n): eight partial sums, so it vectorises.
+static float block_expsum(const float *u, int64_t n, float m) {
+    float s[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) s[l] += exp_nonpos(u[j + l] - m);
+    for (; j < n; j++) s[0] += exp_nonpos(u[j] - m);
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int64_t r) {
+    float u[kBlk], tmp[kBlk];
+    const int64_t i = r % g->q_len, bh = r / g->q_len, h = bh % g->heads, b = bh / g->heads;
+    const int64_t cols = g->k_len;
+    row_ctx rc = {p, b * g->xs[0] + h * g->xs[1] + i * g->xs[2], b * g->ys[0] + h * g->ys[1] + i * g->ys[2], 0,
+                  false, 0.0f};
+    int32_t kl = p->key_lens ? ((const int32_t *)p->key_lens->data)[b * g->kls] : 0;
+    const int64_t lim = mf_softmax_limit(g, p->causal, p->key_lens != NULL, i, kl);
+    if (p->bias) {
+        rc.bo = b * g->bs[0] + h * g->bs[1] + i * g->bs[2];
+        rc.bias_cols = g->bs[3] != 0;
+        if (!rc.bias_cols) {
+            // A constant added to a whole row cancels in the softmax; only -inf
+            // (row masked), +inf and NaN (row NaN) change the result.
+            float c = mf_load_f32(p->bias->data, p->bias->dtype, rc.bo);
+            rc.c = isfinite(c) ? 0.0f : c;
+        }
+    }
+    // Pass 1: running max m and sum s of exp(u - me), me = m or 0 while m = -inf
+    // (so that a row of -inf and NaN still sums to 0 or NaN, never skips a NaN).
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
+        const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
+        row_logits(&rc, j0, n, u, tmp);
+        const float bm = block_max(u, n);
+        if (bm > m) {
+            if (s != 0.0f) s *= exp_nonpos((m == -INFINITY ? 0.0f : m) - bm);
+            m = bm;
+        }
+        s += block_expsum(u, n, m == -INFINITY ? 0.0f : m);
+    }
+    const float me = m == -INFINITY ? 0.0f : m;
+    const float inv = s == 0.0f ? 0.0f : 1.0f / s; // all masked: zeros; NaN sum: NaN row
+    // Pass 2: normalise (x re-read per block; in place is safe: a block is read before it is written).
+    for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
+        const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
+        row_logits(&rc, j0, n, u, tmp);
+        for (int64_t j = 0; j < n; j++) u[j] = exp_nonpos(u[j] - me) * inv;
+        store_f32(p->y.data, p->y.dtype, rc.yo + j0, u, n);
+    }
+    store_zeros(p->y.data, p->y.dtype, rc.yo + lim, cols - lim);
+}
+
+mf_status mf_cpu_softmax(mf_backend *be, const mf_softmax_args *p) {
+    (void)be;
+    mf_softmax_geom g;
+    mf_softmax_geom_of(p, &g);
+    const int64_t rows = g.rows;
+    // Threads only pay off with some work per call (decode-sized calls stay serial).
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * g.k_len >= 32768)
+    for (int64_t r = 0; r < rows; r++) softmax_row(p, &g, r);
+    return MF_OK;
+}

@@ -1,0 +1,246 @@
+// The CUDA backend: device memory, one stream, one cuBLASLt handle and
+// workspace, and the op entries of the other src/cuda/*.cu files. Ops are
+// queued on the stream and return at once; mf_backend_sync waits and reports
+// errors that only the device sees (embed's out-of-range token ids).
+//
+// The backend works on the device that is current when it is created; the
+// caller keeps that device current on the threads that use it.
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/alloc.h"
+#include "cuda/common.cuh"
+
+// cuBLASLt scratch: 32 MiB is what NVIDIA recommends for Hopper (less
+// limits the split-k / stream-k algorithms the heuristic may pick).
+static const size_t kWorkspaceBytes = (size_t)32 << 20;
+
+// Does this build hold a kernel image this device can run? Launched by no one:
+// create asks for its attributes.
+static __global__ void mf_cuda_probe_kernel() {}
+
+// cudaMalloc through the fault injector. A failure is MF_ERR_OOM (or
+// MF_ERR_CUDA when the context itself is broken).
+static mf_status device_alloc(size_t bytes, void **out, const char *what) {
+    *out = nullptr;
+    if (mf_fault_should_fail())
+        return mf_fail(MF_ERR_OOM, "cuda: out of device memory allocating %zu bytes (%s)", bytes, what);
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (e == cudaErrorMemoryAllocation)
+            return mf_fail(MF_ERR_OOM, "cuda: out of device memory allocating %zu bytes (%s)", bytes, what);
+        return mf_fail(MF_ERR_CUDA, "cuda: cudaMalloc of %zu bytes (%s) failed: %s (%s)", bytes, what,
+                       cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    *out = p;
+    return MF_OK;
+}
+
+// Frees whatever ctx_init got before it failed (or everything). Teardown
+// errors are not reported, but cleared so that no later call sees them.
+static void ctx_release(mf_cuda_ctx *c) {
+    if (!c) return;
+    if (c->lt) cublasLtDestroy(c->lt);
+    if (c->workspace) cudaFree(c->workspace);
+    if (c->err_count) cudaFree(c->err_count);
+    if (c->err_host) cudaFreeHost(c->err_host);
+    if (c->switch_event) cudaEventDestroy(c->switch_event);
+    (void)cudaGetLastError();
+    free(c);
+}
+
+static mf_status ctx_init(mf_cuda_ctx *c) {
+    MF_CUDA_TRY(cudaGetDevice(&c->device));
+    MF_CUDA_TRY(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, c->device));
+    MF_CUDA_TRY(cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, c->device));
+    MF_CUDA_TRY(cudaDeviceGetAttribute(&c->cc_minor, cudaDevAttrComputeCapabilityMinor, c->device));
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, mf_cuda_probe_kernel);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mf_fail(MF_ERR_UNSUPPORTED,
+                       "backend_init: this build has no CUDA kernels for device %d (sm_%d%d): %s; rebuild with "
+                       "CMAKE_CUDA_ARCHITECTURES including %d%d",
+                       c->device, c->cc_major, c->cc_minor, cudaGetErrorString(e), c->cc_major, c->cc_minor);
+    }
+    c->stream = nullptr;
+    MF_CUDA_TRY(cudaEventCreateWithFlags(&c->switch_event, cudaEventDisableTiming));
+    MF_CUBLAS_TRY(cublasLtCreate(&c->lt));
+    MF_TRY(device_alloc(kWorkspaceBytes, &c->workspace, "cuBLASLt workspace"));
+    c->workspace_bytes = kWorkspaceBytes;
+    MF_TRY(device_alloc(sizeof(unsigned int), reinterpret_cast<void **>(&c->err_count), "error counter"));
+    if (mf_fault_should_fail())
+        return mf_fail(MF_ERR_OOM, "cuda: out of pinned host memory allocating %zu bytes (error read-back)",
+                       sizeof(unsigned int));
+    MF_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&c->err_host), sizeof(unsigned int)));
+    *c->err_host = 0;
+    MF_CUDA_TRY(cudaMemset(c->err_count, 0, sizeof(unsigned int)));
+    // The zeroed counter must be visible to whatever stream set_stream installs later.
+    MF_CUDA_TRY(cudaDeviceSynchronize());
+    return MF_OK;
+}
+
+static void cuda_destroy(mf_backend *be) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    if (c) {
+        // Queued ops may still use the workspace and the counter. The device
+        // (not the stream) is waited for: a stream given to set_stream may be gone.
+        (void)cudaDeviceSynchronize();
+        ctx_release(c);
+    }
+    free(be);
+}
+
+static mf_status cuda_alloc(mf_backend *be, size_t bytes, void **out) {
+    (void)be;
+    return device_alloc(bytes, out, "backend_alloc");
+}
+
+static void cuda_dealloc(mf_backend *be, void *p) {
+    (void)be;
+    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError(); // void entry: nothing to report to
+}
+
+static mf_status cuda_copy(mf_backend *be, void *dst, const void *src, size_t bytes, mf_copy_kind kind) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
+    if (kind == MF_COPY_H2D) k = cudaMemcpyHostToDevice;
+    if (kind == MF_COPY_D2H) k = cudaMemcpyDeviceToHost;
+    if (kind == MF_COPY_D2D) {
+        if (dst == src) return MF_OK;
+        uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+        if (d < s + bytes && s < d + bytes)
+            return mf_fail(MF_ERR_UNSUPPORTED,
+                           "backend_copy: device ranges overlap (dst %p, src %p, %zu bytes); cudaMemcpy cannot "
+                           "move overlapping memory",
+                           dst, src, bytes);
+    }
+    // H2D from pinned host memory is truly asynchronous: the source must stay
+    // unchanged until the stream reaches the copy (pageable memory is staged
+    // before cudaMemcpyAsync returns).
+    MF_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, k, c->stream));
+    if (kind == MF_COPY_D2H) MF_CUDA_TRY(cudaStreamSynchronize(c->stream));
+    return MF_OK;
+}
+
+static mf_status cuda_memset(mf_backend *be, void *dst, int value, size_t bytes) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    MF_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, c->stream));
+    return MF_OK;
+}
+
+static mf_status cuda_sync(mf_backend *be) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    if (c->err_pending) {
+        // Read and reset the counter in stream order: one wait covers both.
+        MF_CUDA_TRY(cudaMemcpyAsync(c->err_host, c->err_count, sizeof(unsigned int), cudaMemcpyDeviceToHost,
+                                    c->stream));
+        MF_CUDA_TRY(cudaMemsetAsync(c->err_count, 0, sizeof(unsigned int), c->stream));
+    }
+    MF_CUDA_TRY(cudaStreamSynchronize(c->stream));
+    if (c->err_pending) {
+        c->err_pending = false;
+        unsigned int bad = *c->err_host;
+        *c->err_host = 0;
+        if (bad)
+            return mf_fail(MF_ERR_INVALID_ARG,
+                           "embed: %u token id(s) out of range [0, %lld) since the last sync (their rows were "
+                           "zero-filled)",
+                           bad, (long long)c->err_vocab);
+    }
+    return MF_OK;
+}
+
+static mf_status cuda_set_stream(mf_backend *be, void *stream) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (s == c->stream) return MF_OK;
+    if (s) {
+        int dev = -1;
+        MF_CUDA_TRY(cudaStreamGetDevice(s, &dev));
+        if (dev != c->device)
+            return mf_fail(MF_ERR_INVALID_ARG, "backend_set_stream: stream %p is on device %d, the backend on %d",
+                           stream, dev, c->device);
+    }
+    // Work already queued (it uses the workspace and the error counter) runs
+    // before anything queued on the new stream; no host wait.
+    MF_CUDA_TRY(cudaEventRecord(c->switch_event, c->stream));
+    MF_CUDA_TRY(cudaStreamWaitEvent(s, c->switch_event, 0));
+    c->stream = s;
+    return MF_OK;
+}
+
+extern "C" bool mf_backend_cuda_usable(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); // no driver / no device: leave no error behind
+        return false;
+    }
+    return n > 0;
+}
+
+extern "C" const char *mf_backend_cuda_info(void) {
+    static thread_local char buf[192];
+    int rt = 0, drv = 0, n = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    char drv_s[32];
+    if (drv > 0)
+        snprintf(drv_s, sizeof drv_s, "driver %d.%d", drv / 1000, drv % 1000 / 10);
+    else
+        snprintf(drv_s, sizeof drv_s, "no driver");
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(buf, sizeof buf, "cuda %d.%d runtime, %s, no device (%s)", rt / 1000, rt % 1000 / 10, drv_s,
+                 cudaGetErrorString(e));
+    } else {
+        snprintf(buf, sizeof buf, "cuda %d.%d runtime, %s, %d device(s)", rt / 1000, rt % 1000 / 10, drv_s, n);
+    }
+    return buf;
+}
+
+extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "backend_init: out is NULL");
+    *out = nullptr;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        return mf_fail(MF_ERR_UNSUPPORTED, "backend_init: no CUDA device (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+    }
+    mf_backend *be = static_cast<mf_backend *>(mf_calloc(1, sizeof *be));
+    mf_cuda_ctx *c = static_cast<mf_cuda_ctx *>(mf_calloc(1, sizeof *c));
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return mf_fail(MF_ERR_OOM, "backend_init: out of host memory for the cuda backend");
+    }
+    mf_status s = ctx_init(c);
+    if (s != MF_OK) {
+        ctx_release(c);
+        free(be);
+        return s;
+    }
+    be->name = "cuda";
+    be->device = MF_DEVICE_CUDA;
+    be->ctx = c;
+    be->destroy = cuda_destroy;
+    be->alloc = cuda_alloc;
+    be->dealloc = cuda_dealloc;
+    be->copy = cuda_copy;
+    be->memset = cuda_memset;
+    be->sync = cuda_sync;
+    be->set_stream = cuda_set_stream;
+    be->gemm = mf_cuda_gemm;
+    be->add_norm = mf_cuda_add_norm;
+    be->embed = mf_cuda_embed;
+    be->add = mf_cuda_add;
+    be->softmax = mf_cuda_softmax;
+    *out = be;
+    return MF_OK;
+}

@@ -1,0 +1,534 @@
+// config.json -> mf_model_config: HF's field names and class defaults, every
+// value range-checked.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cJSON.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "model/config.h"
+#include "model/fileio.h"
+
+#define NAME_FMT "%.200s"
+#define MAX_CONFIG_BYTES (16u << 20)
+#define JSON_INT_MAX 9007199254740992.0 // 2^53: integers a double holds exactly
+#define SIZE_MAX32 ((int64_t)INT32_MAX)
+
+static const struct {
+    const char *arch_name;
+    const char *model_type;
+    mf_arch arch;
+} arch_table[] = {
+    {"GPT2LMHeadModel", "gpt2", MF_ARCH_GPT2},
+    {"LlamaForCausalLM", "llama", MF_ARCH_LLAMA},
+    {"MistralForCausalLM", "mistral", MF_ARCH_MISTRAL},
+    {"MixtralForCausalLM", "mixtral", MF_ARCH_MIXTRAL},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", MF_ARCH_QWEN2_MOE},
+};
+#define N_ARCHS ((int)(sizeof arch_table / sizeof arch_table[0]))
+#define SUPPORTED_ARCHS \
+    "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM"
+
+const char *mf_arch_name(mf_arch a) {
+    for (int i = 0; i < N_ARCHS; i++)
+        if (arch_table[i].arch == a) return arch_table[i].model_type;
+    return "?";
+}
+
+const char *mf_act_name(mf_act a) {
+    switch (a) {
+    case MF_ACT_GELU_TANH: return "gelu_tanh";
+    case MF_ACT_GELU: return "gelu";
+    case MF_ACT_SILU: return "silu";
+    case MF_ACT_RELU: return "relu";
+    }
+    return "?";
+}
+
+// ---- field access --------------------------------------------------------------------
+
+typedef struct {
+    const cJSON *obj;   // the object fields are read from
+    const char *fn;     // file name for messages
+    const char *prefix; // "" or "rope_scaling." for messages
+} ctx;
+
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+// The first of names present with a non-null value (NULL when none); *which
+// is set to its name, or to names[0].
+static const cJSON *field(const ctx *c, const char *const *names, const char **which) {
+    *which = names[0];
+    for (int i = 0; names[i]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, names[i]);
+        if (v && !cJSON_IsNull(v)) {
+            *which = names[i];
+            return v;
+        }
+    }
+    return NULL;
+}
+
+static mf_status missing(const ctx *c, const char *const *names) {
+    char alt[160] = "";
+    size_t k = 0;
+    for (int i = 1; names[i] && k < sizeof alt; i++)
+        k += (size_t)snprintf(alt + k, sizeof alt - k, "%s'%s%s'", i == 1 ? " (or " : " or ", c->prefix, names[i]);
+    if (names[1] && k < sizeof alt) snprintf(alt + k, sizeof alt - k, ")");
+    return mf_fail(MF_ERR_FORMAT, NAME_FMT ": missing required field '%s%s'%s", c->fn, c->prefix, names[0], alt);
+}
+
+// An integer field in [lo, hi]; def when absent or null (or an error when required).
+static mf_status get_int(const ctx *c, const char *const *names, bool required, int64_t def, int64_t lo,
+                         int64_t hi, int64_t *out) {
+    const char *w;
+    const cJSON *v = field(c, names, &w);
+    int64_t i = def; // a default out of range (GPT-2's 4 * n_embd) is refused too
+    if (!v) {
+        if (required) return missing(c, names);
+    } else {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (!(fabs(d) <= JSON_INT_MAX) || (double)(int64_t)d != d)
+            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field '%s%s' is not an integer", c->fn, c->prefix, w);
+        i = (int64_t)d;
+    }
+    if (i < lo || i > hi)
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": %s%s = %lld is out of range [%lld, %lld]", c->fn, c->prefix, w,
+                       (long long)i, (long long)lo, (long long)hi);
+    *out = i;
+    return MF_OK;
+}
+
+// A finite number; def when absent or null (or an error when required).
+static mf_status get_num(const ctx *c, const char *const *names, bool required, double def, double *out,
+                         const char **which) {
+    const cJSON *v = field(c, names, which);
+    if (!v) {
+        if (required) return missing(c, names);
+        *out = def;
+        return MF_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field '%s%s' is not a finite number", c->fn, c->prefix, *which);
+    *out = v->valuedouble;
+    return MF_OK;
+}
+
+// A number > 0 (epsilons, theta, scaling factors).
+static mf_status get_pos(const ctx *c, const char *const *names, bool required, double def, double *out) {
+    const char *w;
+    MF_TRY(get_num(c, names, required, def, out, &w));
+    if (!(*out > 0))
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": %s%s = %g must be > 0", c->fn, c->prefix, w, *out);
+    return MF_OK;
+}
+
+static mf_status get_bool(const ctx *c, const char *name, bool def, bool *out) {
+    const char *w;
+    const cJSON *v = field(c, NAMES(name), &w);
+    if (!v) {
+        *out = def;
+        return MF_OK;
+    }
+    if (!cJSON_IsBool(v))
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field '%s%s' is not true/false", c->fn, c->prefix, name);
+    *out = cJSON_IsTrue(v);
+    return MF_OK;
+}
+
+// A string field; def when absent or null.
+static mf_status get_str(const ctx *c, const char *const *names, const char *def, const char **out) {
+    const char *w;
+    const cJSON *v = field(c, names, &w);
+    if (!v) {
+        *out = def;
+        return MF_OK;
+    }
+    if (!cJSON_IsString(v))
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field '%s%s' is not a string", c->fn, c->prefix, w);
+    *out = v->valuestring;
+    return MF_OK;
+}
+
+// ---- the parts -----------------------------------------------------------------------
+
+static mf_status parse_arch(const ctx *c, mf_model_config *m) {
+    const char *mt = NULL;
+    MF_TRY(get_str(c, NAMES("model_type"), NULL, &mt));
+    if (mt) snprintf(m->model_type, sizeof m->model_type, "%s", mt);
+
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(c->obj, "architectures");
+    if (archs && !cJSON_IsNull(archs)) {
+        if (!cJSON_IsArray(archs))
+            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'architectures' is not a list", c->fn);
+        if (archs->child) {
+            if (!cJSON_IsString(archs->child))
+                return mf_fail(MF_ERR_FORMAT, NAME_FMT ": 'architectures'[0] is not a string", c->fn);
+            const char *a = archs->child->valuestring;
+            for (int i = 0; i < N_ARCHS; i++) {
+                if (strcmp(a, arch_table[i].arch_name) == 0) {
+                    m->arch = arch_table[i].arch;
+                    snprintf(m->arch_name, sizeof m->arch_name, "%s", a);
+                    return MF_OK;
+                }
+            }
+            return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": architecture '%.64s' unsupported (supported: " SUPPORTED_ARCHS ")",
+                           c->fn, a);
+        }
+    }
+    if (!mt) return missing(c, NAMES("architectures", "model_type"));
+    for (int i = 0; i < N_ARCHS; i++) {
+        if (strcmp(mt, arch_table[i].model_type) == 0) {
+            m->arch = arch_table[i].arch;
+            snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_table[i].arch_name);
+            return MF_OK;
+        }
+    }
+    return mf_fail(MF_ERR_UNSUPPORTED,
+                   NAME_FMT ": model_type '%.64s' unsupported (supported: gpt2, llama, mistral, mixtral, qwen2_moe)",
+                   c->fn, mt);
+}
+
+static mf_status parse_act(const ctx *c, const char *const *names, const char *def, mf_act *out) {
+    const char *a = NULL;
+    MF_TRY(get_str(c, names, def, &a));
+    static const struct {
+        const char *name;
+        mf_act act;
+    } acts[] = {
+        {"gelu_new", MF_ACT_GELU_TANH}, {"gelu_pytorch_tanh", MF_ACT_GELU_TANH}, {"gelu_fast", MF_ACT_GELU_TANH},
+        {"gelu", MF_ACT_GELU},          {"silu", MF_ACT_SILU},                   {"swish", MF_ACT_SILU},
+        {"relu", MF_ACT_RELU},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        if (strcmp(a, acts[i].name) == 0) {
+            *out = acts[i].act;
+            return MF_OK;
+        }
+    }
+    return mf_fail(MF_ERR_UNSUPPORTED,
+                   NAME_FMT ": activation '%.64s' unsupported (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, "
+                            "gelu, silu, swish, relu)",
+                   c->fn, a);
+}
+
+static mf_status parse_rope_scaling(const ctx *c, mf_rope_scaling *rs) {
+    memset(rs, 0, sizeof *rs);
+    const char *w;
+    const cJSON *o = field(c, NAMES("rope_scaling"), &w);
+    if (!o) return MF_OK;
+    if (!cJSON_IsObject(o)) return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'rope_scaling' is not an object", c->fn);
+    ctx sc = {o, c->fn, "rope_scaling."};
+    const char *type = NULL;
+    MF_TRY(get_str(&sc, NAMES("rope_type", "type"), NULL, &type));
+    if (!type) return missing(&sc, NAMES("rope_type", "type"));
+    if (strcmp(type, "default") == 0) return MF_OK;
+    if (strcmp(type, "linear") == 0) {
+        rs->type = MF_ROPE_SCALING_LINEAR;
+        return get_pos(&sc, NAMES("factor"), true, 0, &rs->factor);
+    }
+    if (strcmp(type, "llama3") == 0) {
+        rs->type = MF_ROPE_SCALING_LLAMA3;
+        MF_TRY(get_pos(&sc, NAMES("factor"), true, 0, &rs->factor));
+        MF_TRY(get_pos(&sc, NAMES("low_freq_factor"), true, 0, &rs->low_freq_factor));
+        MF_TRY(get_pos(&sc, NAMES("high_freq_factor"), true, 0, &rs->high_freq_factor));
+        MF_TRY(get_int(&sc, NAMES("original_max_position_embeddings"), true, 0, 1, SIZE_MAX32,
+                       &rs->original_max_pos));
+        if (!(rs->high_freq_factor > rs->low_freq_factor))
+            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": rope_scaling.high_freq_factor %g must exceed low_freq_factor %g",
+                           c->fn, rs->high_freq_factor, rs->low_freq_factor);
+        return MF_OK;
+    }
+    return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": rope_scaling type '%.64s' unsupported (supported: linear, llama3)",
+                   c->fn, type);
+}
+
+static mf_status parse_token_ids(const ctx *c, mf_model_config *m, int32_t def_bos, int32_t def_eos) {
+    // Absent: the class default; an explicit null: none.
+    int64_t bos = 0;
+    const char *w;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(c->obj, "bos_token_id");
+    if (cJSON_IsNull(b) || (!b && def_bos < 0)) {
+        m->bos_id = -1;
+    } else {
+        MF_TRY(get_int(c, NAMES("bos_token_id"), false, def_bos, 0, SIZE_MAX32, &bos));
+        m->bos_id = (int32_t)bos;
+    }
+    m->n_eos = 0;
+    const cJSON *e = field(c, NAMES("eos_token_id"), &w);
+    if (!e) {
+        if (def_eos >= 0 && !cJSON_GetObjectItemCaseSensitive(c->obj, "eos_token_id")) m->eos_ids[m->n_eos++] = def_eos;
+        return MF_OK;
+    }
+    if (cJSON_IsNumber(e)) {
+        int64_t id = 0;
+        MF_TRY(get_int(c, NAMES("eos_token_id"), true, 0, 0, SIZE_MAX32, &id));
+        m->eos_ids[m->n_eos++] = (int32_t)id;
+        return MF_OK;
+    }
+    if (!cJSON_IsArray(e))
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'eos_token_id' is neither an integer nor a list", c->fn);
+    for (const cJSON *x = e->child; x; x = x->next) {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (!(d >= 0 && d <= (double)INT32_MAX) || (double)(int32_t)d != d)
+            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": eos_token_id[%d] is not a token id in [0, %d]", c->fn, m->n_eos,
+                           INT32_MAX);
+        if (m->n_eos == MF_MAX_EOS)
+            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": eos_token_id lists more than %d ids", c->fn, MF_MAX_EOS);
+        m->eos_ids[m->n_eos++] = (int32_t)d;
+    }
+    return MF_OK;
+}
+
+static void parse_torch_dtype(const ctx *c, mf_model_config *m) {
+    const char *w;
+    const cJSON *v = field(c, NAMES("torch_dtype", "dtype"), &w);
+    m->has_torch_dtype = false;
+    if (!cJSON_IsString(v)) return; // informational only: anything else is ignored
+    static const struct {
+        const char *name;
+        mf_dtype dt;
+    } names[] = {{"float32", MF_DTYPE_F32}, {"float16", MF_DTYPE_F16}, {"bfloat16", MF_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(v->valuestring, names[i].name) == 0) {
+            m->has_torch_dtype = true;
+            m->torch_dtype = names[i].dt;
+        }
+    }
+}
+
+// GPT2Config: names and defaults.
+static mf_status parse_gpt2(const ctx *c, mf_model_config *m) {
+    MF_TRY(get_int(c, NAMES("vocab_size"), true, 0, 1, SIZE_MAX32, &m->vocab_size));
+    MF_TRY(get_int(c, NAMES("n_embd", "hidden_size"), true, 0, 1, SIZE_MAX32, &m->hidden));
+    MF_TRY(get_int(c, NAMES("n_layer", "num_hidden_layers"), true, 0, 1, SIZE_MAX32, &m->n_layers));
+    MF_TRY(get_int(c, NAMES("n_head", "num_attention_heads"), true, 0, 1, SIZE_MAX32, &m->n_heads));
+    m->n_kv_heads = m->n_heads;
+    m->head_dim = 0; // hidden / n_heads, checked by the caller
+    MF_TRY(get_int(c, NAMES("n_inner"), false, 4 * m->hidden, 1, SIZE_MAX32, &m->ffn));
+    MF_TRY(get_int(c, NAMES("n_positions", "max_position_embeddings", "n_ctx"), false, 1024, 1, SIZE_MAX32,
+                   &m->max_pos));
+    MF_TRY(get_pos(c, NAMES("layer_norm_epsilon"), false, 1e-5, &m->norm_eps));
+    MF_TRY(parse_act(c, NAMES("activation_function"), "gelu_new", &m->act));
+    m->norm = MF_NORM_LAYERNORM;
+    m->learned_pos = true;
+    m->gated_mlp = false;
+    m->qkv_bias = m->o_bias = m->mlp_bias = true;
+    MF_TRY(get_bool(c, "tie_word_embeddings", true, &m->tie_word_embeddings));
+    bool scale = true, by_layer = false;
+    MF_TRY(get_bool(c, "scale_attn_weights", true, &scale));
+    MF_TRY(get_bool(c, "scale_attn_by_inverse_layer_idx", false, &by_layer));
+    if (!scale || by_layer)
+        return mf_fail(MF_ERR_UNSUPPORTED,
+                       NAME_FMT ": GPT-2 attention scaling other than 1/sqrt(head_dim) unsupported "
+                                "(scale_attn_weights=%s, scale_attn_by_inverse_layer_idx=%s)",
+                       c->fn, scale ? "true" : "false", by_layer ? "true" : "false");
+    m->rope_theta = 0;
+    return parse_token_ids(c, m, 50256, 50256);
+}
+
+// Llama, Mistral, Mixtral, Qwen2-MoE: the Llama block with per-family extras.
+static mf_status parse_llama_family(const ctx *c, mf_model_config *m) {
+    mf_arch a = m->arch;
+    MF_TRY(get_int(c, NAMES("vocab_size"), true, 0, 1, SIZE_MAX32, &m->vocab_size));
+    MF_TRY(get_int(c, NAMES("hidden_size"), true, 0, 1, SIZE_MAX32, &m->hidden));
+    MF_TRY(get_int(c, NAMES("num_hidden_layers"), true, 0, 1, SIZE_MAX32, &m->n_layers));
+    MF_TRY(get_int(c, NAMES("num_attention_heads"), true, 0, 1, SIZE_MAX32, &m->n_heads));
+    MF_TRY(get_int(c, NAMES("num_key_value_heads"), false, m->n_heads, 1, SIZE_MAX32, &m->n_kv_heads));
+    const char *w;
+    m->head_dim = 0; // absent or null: hidden / n_heads, set by check_shapes
+    if (field(c, NAMES("head_dim"), &w)) MF_TRY(get_int(c, NAMES("head_dim"), true, 0, 1, SIZE_MAX32, &m->head_dim));
+    if (a == MF_ARCH_QWEN2_MOE) {
+        MF_TRY(get_int(c, NAMES("moe_intermediate_size"), true, 0, 1, SIZE_MAX32, &m->ffn));
+        MF_TRY(get_int(c, NAMES("shared_expert_intermediate_size"), false, 0, 0, SIZE_MAX32, &m->shared_expert_ffn));
+    } else {
+        MF_TRY(get_int(c, NAMES("intermediate_size"), true, 0, 1, SIZE_MAX32, &m->ffn));
+    }
+    int64_t def_pos = a == MF_ARCH_LLAMA ? 2048 : a == MF_ARCH_QWEN2_MOE ? 32768 : 131072;
+    MF_TRY(get_int(c, NAMES("max_position_embeddings"), false, def_pos, 1, SIZE_MAX32, &m->max_pos));
+    MF_TRY(get_pos(c, NAMES("rms_norm_eps"), false, a == MF_ARCH_MIXTRAL ? 1e-5 : 1e-6, &m->norm_eps));
+    MF_TRY(parse_act(c, NAMES("hidden_act"), "silu", &m->act));
+    MF_TRY(get_pos(c, NAMES("rope_theta"), false, a == MF_ARCH_MIXTRAL ? 1e6 : 1e4, &m->rope_theta));
+    MF_TRY(parse_rope_scaling(c, &m->rope_scaling));
+    MF_TRY(get_bool(c, "tie_word_embeddings", false, &m->tie_word_embeddings));
+    m->norm = MF_NORM_RMSNORM;
+    m->learned_pos = false;
+    m->gated_mlp = true;
+
+    bool attn_bias = false;
+    MF_TRY(get_bool(c, "attention_bias", false, &attn_bias));
+    MF_TRY(get_bool(c, "mlp_bias", false, &m->mlp_bias));
+    m->qkv_bias = attn_bias || a == MF_ARCH_QWEN2_MOE; // Qwen2: q/k/v biases, none on o
+    m->o_bias = attn_bias;
+
+    m->sliding_window = 0;
+    if (a == MF_ARCH_MISTRAL || a == MF_ARCH_MIXTRAL) {
+        MF_TRY(get_int(c, NAMES("sliding_window"), false, 0, 0, SIZE_MAX32, &m->sliding_window));
+    } else if (a == MF_ARCH_QWEN2_MOE) {
+        bool use = false;
+        MF_TRY(get_bool(c, "use_sliding_window", false, &use));
+        if (use) MF_TRY(get_int(c, NAMES("sliding_window"), false, 0, 0, SIZE_MAX32, &m->sliding_window));
+    }
+
+    if (a == MF_ARCH_MIXTRAL) {
+        MF_TRY(get_int(c, NAMES("num_local_experts"), false, 8, 1, SIZE_MAX32, &m->n_experts));
+        MF_TRY(get_int(c, NAMES("num_experts_per_tok"), false, 2, 1, SIZE_MAX32, &m->n_experts_per_tok));
+        m->norm_topk_prob = true;
+    } else if (a == MF_ARCH_QWEN2_MOE) {
+        MF_TRY(get_int(c, NAMES("num_experts"), false, 60, 1, SIZE_MAX32, &m->n_experts));
+        MF_TRY(get_int(c, NAMES("num_experts_per_tok"), false, 4, 1, SIZE_MAX32, &m->n_experts_per_tok));
+        MF_TRY(get_bool(c, "norm_topk_prob", false, &m->norm_topk_prob));
+        int64_t step = 1;
+        MF_TRY(get_int(c, NAMES("decoder_sparse_step"), false, 1, 1, SIZE_MAX32, &step));
+        const cJSON *only = field(c, NAMES("mlp_only_layers"), &w);
+        if (step != 1 || (cJSON_IsArray(only) && only->child))
+            return mf_fail(MF_ERR_UNSUPPORTED,
+                           NAME_FMT ": Qwen2-MoE with dense layers (decoder_sparse_step %lld, mlp_only_layers) unsupported",
+                           c->fn, (long long)step);
+    }
+    if (m->n_experts && m->n_experts_per_tok > m->n_experts)
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": num_experts_per_tok %lld exceeds the %lld experts", c->fn,
+                       (long long)m->n_experts_per_tok, (long long)m->n_experts);
+    return parse_token_ids(c, m, a == MF_ARCH_QWEN2_MOE ? -1 : 1, a == MF_ARCH_QWEN2_MOE ? -1 : 2);
+}
+
+static int64_t mul64(bool *ovf, int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) *ovf = true;
+    return r;
+}
+
+static int64_t add64(bool *ovf, int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) *ovf = true;
+    return r;
+}
+
+// Parameter count implied by the config; false when it overflows int64.
+static bool count_params(const mf_model_config *m, int64_t *out) {
+    bool o = false;
+    int64_t H = m->hidden, F = m->ffn, q = mul64(&o, m->n_heads, m->head_dim);
+    int64_t kv = mul64(&o, m->n_kv_heads, m->head_dim);
+    int64_t qkv = add64(&o, q, mul64(&o, 2, kv));
+    int64_t norm = m->norm == MF_NORM_LAYERNORM ? 2 * H : H;
+    int64_t attn = add64(&o, mul64(&o, H, qkv), mul64(&o, q, H));
+    if (m->qkv_bias) attn = add64(&o, attn, qkv);
+    if (m->o_bias) attn = add64(&o, attn, H);
+    int64_t mats = m->gated_mlp ? 3 : 2;
+    int64_t mlp = mul64(&o, mats, mul64(&o, H, F));
+    if (m->mlp_bias) mlp = add64(&o, mlp, add64(&o, mul64(&o, mats - 1, F), H));
+    if (m->n_experts) {
+        mlp = add64(&o, mul64(&o, m->n_experts, mlp), mul64(&o, H, m->n_experts)); // experts + router
+        if (m->shared_expert_ffn)
+            mlp = add64(&o, mlp, add64(&o, mul64(&o, 3, mul64(&o, H, m->shared_expert_ffn)), H));
+    }
+    int64_t layer = add64(&o, add64(&o, attn, mlp), 2 * norm);
+    int64_t total = add64(&o, mul64(&o, m->vocab_size, H), mul64(&o, m->n_layers, layer));
+    total = add64(&o, total, norm);
+    if (m->learned_pos) total = add64(&o, total, mul64(&o, m->max_pos, H));
+    if (!m->tie_word_embeddings) total = add64(&o, total, mul64(&o, m->vocab_size, H));
+    *out = total;
+    return !o;
+}
+
+// Checks that tie the fields together.
+static mf_status check_shapes(const ctx *c, mf_model_config *m) {
+    if (m->n_kv_heads > m->n_heads)
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": n_kv_heads %lld exceeds n_heads %lld", c->fn,
+                       (long long)m->n_kv_heads, (long long)m->n_heads);
+    if (m->n_heads % m->n_kv_heads != 0)
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": n_heads %lld not divisible by n_kv_heads %lld", c->fn,
+                       (long long)m->n_heads, (long long)m->n_kv_heads);
+    if (m->head_dim == 0) {
+        if (m->hidden % m->n_heads != 0)
+            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": hidden size %lld not divisible by n_heads %lld", c->fn,
+                           (long long)m->hidden, (long long)m->n_heads);
+        m->head_dim = m->hidden / m->n_heads;
+    }
+    if (!m->learned_pos && m->head_dim % 2 != 0)
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": head_dim %lld must be even for rotary embeddings", c->fn,
+                       (long long)m->head_dim);
+    // Row widths (q, and q|k|v fused) are indexed with 32-bit ints in kernels.
+    int64_t qkv = (m->n_heads + 2 * m->n_kv_heads) * m->head_dim; // each factor < 2^31: no int64 overflow
+    if (qkv > SIZE_MAX32)
+        return mf_fail(MF_ERR_FORMAT,
+                       NAME_FMT ": (n_heads %lld + 2 * n_kv_heads %lld) * head_dim %lld = %lld overflows 32 bits", c->fn,
+                       (long long)m->n_heads, (long long)m->n_kv_heads, (long long)m->head_dim, (long long)qkv);
+    if (!count_params(m, &m->n_params))
+        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": the parameter count of these sizes overflows int64", c->fn);
+    return MF_OK;
+}
+
+// ---- entry points --------------------------------------------------------------------
+
+mf_status mf_model_config_parse(const char *json, size_t len, const char *name, mf_model_config *out) {
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "config parse: out is NULL");
+    if (!json && len) return mf_fail(MF_ERR_INVALID_ARG, "config parse: json is NULL, len %zu", len);
+    if (!name) name = "config.json";
+    cJSON *root = NULL;
+    MF_TRY(mf_json_parse(json, len, name, "config", &root));
+    mf_status s = MF_OK;
+    mf_model_config m;
+    memset(&m, 0, sizeof m);
+    ctx c = {root, name, ""};
+    if (!cJSON_IsObject(root)) s = mf_fail(MF_ERR_FORMAT, NAME_FMT ": not a JSON object", name);
+    if (s == MF_OK) s = parse_arch(&c, &m);
+    if (s == MF_OK) s = m.arch == MF_ARCH_GPT2 ? parse_gpt2(&c, &m) : parse_llama_family(&c, &m);
+    if (s == MF_OK) s = check_shapes(&c, &m);
+    if (s == MF_OK) parse_torch_dtype(&c, &m);
+    cJSON_Delete(root);
+    if (s == MF_OK) *out = m;
+    return s;
+}
+
+mf_status mf_model_config_load(const char *path, mf_model_config *out) {
+    if (!path || !out) return mf_fail(MF_ERR_INVALID_ARG, "config load: NULL argument");
+    struct stat st;
+    char *joined = NULL;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        joined = mf_path_join(path, "config.json");
+        if (!joined) return mf_fail(MF_ERR_OOM, NAME_FMT ": cannot allocate a path", path);
+        path = joined;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    mf_status s = mf_file_read_all(path, MAX_CONFIG_BYTES, &text, &len);
+    if (s == MF_OK) s = mf_model_config_parse(text, len, path, out);
+    free(text);
+    free(joined);
+    return s;
+}
+
+const char *mf_model_config_describe(const mf_model_config *c, char *buf, size_t n) {
+    if (!buf || n == 0) return buf;
+    if (!c) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    size_t k = (size_t)snprintf(buf, n,
+                                "%s: %lld layers, hidden %lld, heads %lld (kv %lld, head_dim %lld), ffn %lld, "
+                                "vocab %lld, max_pos %lld, %s eps %g, %s",
+                                mf_arch_name(c->arch), (long long)c->n_layers, (long long)c->hidden,
+                                (long long)c->n_heads, (long long)c->n_kv_heads, (long long)c->head_dim,
+                                (long long)c->ffn, (long long)c->vocab_size, (long long)c->max_pos,
+                                c->norm == MF_NORM_LAYERNORM ? "layernorm" : "rmsnorm", c->norm_eps,
+                                mf_act_name(c->act));
+    if (k < n && !c->learned_pos) {
+        k += (size_t)snprintf(buf + k, n - k, ", rope theta %g", c->rope_theta);
+        if (k < n && c->rope_scaling.type == MF_ROPE_SCALING_LINEAR)
+            k += (size_t)snprintf(buf + k, n - k, " (linear x%g)", c->rope_scaling.factor);
+        if (k < n && c->rope_scaling.type == MF_ROPE_SCALING_LLAMA3)
+            k += (size_t)snprintf(buf + k, n - k, " (llama3 x%g, orig %lld)", c->rope_scaling.factor,
+                                  (long long)c->rope_scaling.original_max_pos);
+    }
+    if (k < n && c->n_experts)
+        k += (size_t)snprintf(buf + k, n - k, ", experts %lld top-%lld", (long long)c->n_experts,
+                              (long long)c->n_experts_per_tok);
+    if (k < n && c->tie_word_embeddings) k += (size_t)snprintf(buf + k, n - k, ", tied embeddings");
+    if (k < n) snprintf(buf + k, n - k, ", %.2fM params", (double)c->n_params / 1e6);
+    return buf;
+}

@@ -1,0 +1,213 @@
+// GEMM cases: c = act(alpha * a @ b + beta * c + bias).
+//
+// Tolerance, per output element (i, j), with S = |alpha| sum_k |a_ik||b_kj|
+// + |beta||c_ij| + |bias_j| the magnitude the sum is made of:
+//     |c - ref| <= g' (k + 8) eps_f32 S + eps_c |ref| + [c f16/bf16, epilogue] eps_c g' |pre| + tiny_c
+//                  (+ 8 eps_f32 |pre| with GELU)
+//   - (k + 8) eps_f32 S: the worst-case error of an f32 dot product of length
+//     k (products of f16/bf16 values are exact in f32), plus alpha, beta and
+//     bias each rounded once. Accumulation must be f32: TF32 (10-bit) or f16
+//     accumulation fails this, as it should.
+//   - eps_c |ref|: the one rounding of the result to c's dtype (so a
+//     truncating conversion fails). With an epilogue (bias, GELU, beta != 0)
+//     and f16/bf16 c, eps_c g' |pre| more allows one rounding of the
+//     pre-activation (as PyTorch's linear-then-gelu in bf16 does).
+//   - g' = 1.2 bounds |d gelu/dx| (max 1.13), so errors before the GELU grow
+//     at most that much; 8 eps_f32 |pre| covers tanhf in f32.
+// Inputs are uniform in [-1, 1) with one element in 64 scaled by 1e4 (f32,
+// bf16) or 1e2 (f16: keeps f16 outputs in range). Most failures a kernel can
+// have (wrong element, stride, batch, transpose, missing bias, NaN from an
+// unread c) give errors of order S, thousands of times the bound; an f32 c
+// also catches one dropped k term (|a b| ~ S / k > (k + 8) eps S).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+
+typedef enum { BC_NONE, BC_A1, BC_B1, BC_B0 } gemm_bcast; // a batch 1, b batch 1, b batch stride 0
+static const char *const bcast_names[] = {"none", "a1", "b1", "bstride0"};
+
+typedef struct {
+    mf_dtype dt, ct;          // a/b dtype, c (and bias) dtype
+    int64_t batch;            // 0: 2-D tensors
+    gemm_bcast bcast;
+    int64_t m, n, k;
+    bool ta, tb;              // a, b are transposed views of (k, m) / (n, k) storage
+    int64_t pad_a, pad_b, pad_c; // extra elements per stored row: ld = cols + pad
+    bool bias;
+    mf_epilogue act;
+    float alpha, beta;
+} gemm_p;
+
+static double gelu_ref(double x) {
+    const double k = 0.7978845608028654; // sqrt(2/pi)
+    return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+// A (rows, cols) operand, optionally batched, optionally a transposed view of
+// (cols, rows) storage with `pad` extra elements per stored row.
+static th_buf *operand(th_ctx *ctx, mf_dtype dt, int nd, int64_t batch, int64_t batch_stride0, int64_t rows,
+                       int64_t cols, bool trans, int64_t pad, mf_tensor *view) {
+    int64_t srows = trans ? cols : rows, scols = trans ? rows : cols, ld = scols + pad;
+    int64_t shape[3], stride[3];
+    if (nd == 3) {
+        shape[0] = batch, shape[1] = srows, shape[2] = scols;
+        stride[0] = batch_stride0 ? srows * ld : 0, stride[1] = ld, stride[2] = 1;
+    } else {
+        shape[0] = srows, shape[1] = scols;
+        stride[0] = ld, stride[1] = 1;
+    }
+    th_buf *b;
+    if (nd == 3 && !batch_stride0) { // broadcast by stride 0: storage for one matrix
+        b = th_buf_new(ctx, dt, (srows - 1) * ld + scols);
+        *view = th_view(ctx, b, nd, shape, stride);
+    } else {
+        b = th_tensor(ctx, dt, nd, shape, stride, view);
+    }
+    if (trans) mf_tensor_transpose(view, nd - 2, nd - 1);
+    th_fill(ctx, b, view, NULL);
+    return b;
+}
+
+static th_result run_gemm(th_ctx *ctx, const void *params) {
+    const gemm_p *p = params;
+    int nd = p->batch ? 3 : 2;
+    int64_t batch = p->batch ? p->batch : 1, m = p->m, n = p->n, k = p->k;
+    mf_gemm_args args = {.alpha = p->alpha, .beta = p->beta, .epilogue = p->act};
+    int64_t ab = p->bcast == BC_A1 ? 1 : batch, bb = p->bcast == BC_B1 ? 1 : batch;
+    th_buf *ba = operand(ctx, p->dt, nd, ab, 1, m, k, p->ta, p->pad_a, &args.a);
+    th_buf *bb_ = operand(ctx, p->dt, nd, bb, p->bcast != BC_B0, k, n, p->tb, p->pad_b, &args.b);
+    int64_t ldc = n + p->pad_c;
+    int64_t cshape[3] = {batch, m, n}, cstride[3] = {m * ldc, ldc, 1};
+    th_buf *bc = nd == 3 ? th_tensor(ctx, p->ct, 3, cshape, cstride, &args.c)
+                         : th_tensor(ctx, p->ct, 2, cshape + 1, cstride + 1, &args.c);
+    if (p->beta != 0.0f) th_fill(ctx, bc, &args.c, NULL); // else c stays NaN: must not be read
+    mf_tensor bias;
+    th_buf *bbias = NULL;
+    if (p->bias) {
+        bbias = th_tensor(ctx, p->ct, 1, &n, NULL, &bias);
+        th_fill(ctx, bbias, &bias, NULL);
+        args.bias = &bias;
+    }
+
+    // Reference in double on the stored (rounded) inputs.
+    int64_t total = batch * m * n;
+    double *ref = th_scratch(ctx, (size_t)total * sizeof(double));
+    double *bound = th_scratch(ctx, (size_t)total * sizeof(double));
+    const double u32 = th_eps(MF_DTYPE_F32), uc = th_eps(p->ct), gp = p->act == MF_EPILOGUE_GELU ? 1.2 : 1.0;
+    const bool half_c = p->ct != MF_DTYPE_F32;
+    const mf_tensor *A = &args.a, *B = &args.b, *C = &args.c;
+    for (int64_t t = 0; t < batch; t++) {
+        int64_t ao = nd == 3 && A->shape[0] > 1 ? t * A->stride[0] : 0;
+        int64_t bo = nd == 3 && B->shape[0] > 1 ? t * B->stride[0] : 0;
+        int64_t co = nd == 3 ? t * C->stride[0] : 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0, sabs = 0;
+                for (int64_t q = 0; q < k; q++) {
+                    double x = th_get(ba, ao + i * A->stride[nd - 2] + q * A->stride[nd - 1]);
+                    double y = th_get(bb_, bo + q * B->stride[nd - 2] + j * B->stride[nd - 1]);
+                    acc += x * y;
+                    sabs += fabs(x * y);
+                }
+                double pre = (double)p->alpha * acc, S = fabs((double)p->alpha) * sabs;
+                if (p->beta != 0.0f) {
+                    double c0 = th_get(bc, co + i * C->stride[nd - 2] + j);
+                    pre += (double)p->beta * c0;
+                    S += fabs((double)p->beta * c0);
+                }
+                if (p->bias) {
+                    pre += th_get(bbias, j);
+                    S += fabs(th_get(bbias, j));
+                }
+                double r = p->act == MF_EPILOGUE_GELU ? gelu_ref(pre) : pre;
+                double bnd = gp * (double)(k + 8) * u32 * S + uc * fabs(r) + th_tiny(p->ct);
+                if (half_c && (p->act != MF_EPILOGUE_NONE || p->bias || p->beta != 0.0f)) bnd += uc * gp * fabs(pre);
+                if (p->act == MF_EPILOGUE_GELU) bnd += 8 * u32 * fabs(pre);
+                int64_t idx = (t * m + i) * n + j;
+                ref[idx] = r;
+                bound[idx] = bnd;
+            }
+    }
+
+    TH_CALL(ctx, mf_gemm(ctx->be, &args));
+    return th_check(ctx, bc, &args.c, ref, bound, "c") ? TH_PASS : TH_FAIL;
+}
+
+static void add_gemm(th_list *l, const gemm_p *p) {
+    char batch[48] = "";
+    if (p->batch) snprintf(batch, sizeof batch, ",batch=%lld,bcast=%s", (long long)p->batch, bcast_names[p->bcast]);
+    char pads[64] = "";
+    if (p->pad_a || p->pad_b || p->pad_c)
+        snprintf(pads, sizeof pads, ",pad_a=%lld,pad_b=%lld,pad_c=%lld", (long long)p->pad_a, (long long)p->pad_b,
+                 (long long)p->pad_c);
+    th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s,bias=%d,act=%s,alpha=%g,beta=%g)",
+           mf_dtype_name(p->dt), mf_dtype_name(p->ct), (long long)p->m, (long long)p->n, (long long)p->k,
+           th_b(p->ta), th_b(p->tb), batch, pads, th_b(p->bias), p->act == MF_EPILOGUE_GELU ? "gelu" : "none",
+           (double)p->alpha, (double)p->beta);
+}
+
+// (a dtype, c dtype): c is a's dtype or f32.
+static const mf_dtype combos[][2] = {{MF_DTYPE_F32, MF_DTYPE_F32}, {MF_DTYPE_F16, MF_DTYPE_F16},
+                                     {MF_DTYPE_F16, MF_DTYPE_F32}, {MF_DTYPE_BF16, MF_DTYPE_BF16},
+                                     {MF_DTYPE_BF16, MF_DTYPE_F32}};
+#define N_COMBOS (int)(sizeof combos / sizeof combos[0])
+
+void th_cases_gemm(th_list *l) {
+    // 1. Shapes x transposes x dtypes; odd sizes, some with padded rows.
+    static const int64_t shapes[][3] = {{1, 1, 1},     {7, 7, 7},    {1, 33, 129}, {33, 1, 129},
+                                        {7, 129, 33},  {33, 257, 7}, {129, 33, 257}, {257, 7, 33}};
+    int v = 0;
+    for (int c = 0; c < N_COMBOS; c++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int t = 0; t < 4; t++, v++) {
+                gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = shapes[s][0], .n = shapes[s][1],
+                            .k = shapes[s][2], .ta = t & 1, .tb = t >> 1, .alpha = 1.0f, .beta = 0.0f};
+                if (v % 3 == 1) p.pad_a = 3, p.pad_c = 5;
+                if (v % 3 == 2) p.pad_b = 1 + v % 7;
+                add_gemm(l, &p);
+            }
+
+    // 2. Epilogues and alpha/beta: bias, GELU, beta != 0 reading c, beta == 0 on a NaN c.
+    static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {-1.5f, 0.25f}};
+    v = 0;
+    for (int c = 0; c < N_COMBOS; c++)
+        for (int e = 0; e < 3; e++)
+            for (int a = 0; a < 3; a++, v++) {
+                gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = 37, .n = 65, .k = 129, .ta = v & 1,
+                            .tb = (v >> 1) & 1, .bias = e != 1, .act = e ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE,
+                            .alpha = ab[a][0], .beta = ab[a][1], .pad_c = v % 2 ? 3 : 0};
+                add_gemm(l, &p);
+            }
+    for (int c = 0; c < N_COMBOS; c++) { // alpha alone (c NaN), no epilogue
+        gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = 33, .n = 33, .k = 33, .alpha = 0.5f, .beta = 0.0f};
+        add_gemm(l, &p);
+    }
+
+    // 3. Batched, with every kind of broadcast batch.
+    v = 0;
+    for (int c = 0; c < N_COMBOS; c++)
+        for (int b = 0; b < 4; b++, v++) {
+            gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .batch = 3, .bcast = (gemm_bcast)b, .m = 33, .n = 7,
+                        .k = 65, .ta = v & 1, .tb = (v >> 1) & 1, .alpha = 1.0f, .beta = 0.0f,
+                        .pad_a = v % 3 == 0 ? 2 : 0, .pad_c = v % 2 ? 1 : 0};
+            add_gemm(l, &p);
+        }
+    for (int c = 0; c < N_COMBOS; c++) { // and every epilogue at once
+        gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .batch = 3, .bcast = BC_B0, .m = 37, .n = 65, .k = 129,
+                    .ta = 1, .tb = 0, .bias = true, .act = MF_EPILOGUE_GELU, .alpha = 0.75f, .beta = -0.5f};
+        add_gemm(l, &p);
+    }
+
+    // 4. Linear layers: x (tokens, in) @ W^T with W a torch weight (out, in),
+    //    i.e. b is the transposed view of (n, k) storage; decode (1 token) and prefill.
+    static const int64_t lin[][3] = {{1, 65, 129}, {37, 96, 129}, {37, 33, 257}, {1, 257, 257}};
+    for (int c = 0; c < N_COMBOS; c++)
+        for (size_t s = 0; s < sizeof lin / sizeof lin[0]; s++) {
+            gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = lin[s][0], .n = lin[s][1], .k = lin[s][2],
+                        .tb = true, .bias = s % 2 == 1, .act = s == 2 ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE,
+                        .alpha = 1.0f, .beta = 0.0f};
+            add_gemm(l, &p);
+        }
+}

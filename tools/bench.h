@@ -1,0 +1,8 @@
+// `minfer bench <op>`: one entry point per op benchmark (tools/bench_<op>.c).
+// Each takes the arguments after the op name and returns the exit code.
+#ifndef MF_TOOLS_BENCH_H
+#define MF_TOOLS_BENCH_H
+
+int mf_bench_softmax_main(int argc, char **argv); // bench_softmax.c
+
+#endif // MF_TOOLS_BENCH_H

@@ -1,0 +1,393 @@
+// `minfer bench softmax`: the fused scale + mask + softmax against the
+// unfused chain (scale, masked_fill, softmax: three passes), on the attention
+// grid q_len = k_len x batch x heads and on a row-length sweep at fixed total
+// bytes. Per case: p5/p50/p95 microseconds, GB/s of the bytes the op needs
+// (x read once, y written once), that as a share of the device-to-device copy
+// bandwidth measured in the same run, the bytes each variant really moves
+// (a causal row reads only its visible prefix; the unfused chain moves six
+// tensors plus its mask), and the speedup.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "bench_util.h"
+#include "core/error.h"
+#include "ops/softmax_geom.h"
+#ifdef MF_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "../bench/softmax_unfused.h"
+#endif
+
+typedef struct {
+    const char *kind; // "grid" | "sweep"
+    int64_t batch, heads, q_len, k_len;
+    bool causal;
+} sm_case;
+
+typedef struct {
+    const char *backend, *csv, *json;
+    mf_dtype dt;
+    mf_bench_format fmt;
+    bool full, fused, unfused, grid, sweep, causal;
+    int warmup, iters;
+    float scale;
+    double max_mb; // memory budget for one case's buffers
+} sm_opts;
+
+// State of one case for the timed closures.
+typedef struct {
+    mf_backend *be;
+    mf_bench_timer *timer;
+    mf_softmax_args fused;          // x -> y
+    void *x, *y, *tmp;              // (rows, cols) contiguous
+    uint8_t *mask;                  // (q_len, cols) causal mask for the unfused chain, or NULL
+    uint8_t *mask_host;
+    mf_dtype dt;
+    int64_t rows, q_len, cols;
+    float scale;
+} sm_state;
+
+static mf_status run_fused(void *arg) {
+    sm_state *s = arg;
+    return mf_softmax(s->be, &s->fused);
+}
+
+// -inf as the 16- or 32-bit pattern of dt.
+static void store_neginf(void *p, mf_dtype dt, int64_t i) { mf_store_f32(p, dt, i, -INFINITY); }
+
+static mf_status run_unfused(void *arg) {
+    sm_state *s = arg;
+    if (mf_backend_device(s->be) == MF_DEVICE_CUDA) {
+#ifdef MF_HAVE_CUDA
+        int e = mf_bench_softmax_unfused(mf_bench_timer_stream(s->timer), (int)s->dt, s->x, s->tmp, s->y, s->mask,
+                                         s->rows, s->q_len, s->cols, s->scale);
+        if (e) return mf_fail(MF_ERR_CUDA, "bench: unfused softmax: %s", cudaGetErrorString((cudaError_t)e));
+        return MF_OK;
+#endif
+    }
+    // CPU: the same three passes with libminfer's elementwise op and softmax.
+    const int64_t shape[2] = {s->rows, s->cols};
+    mf_add_args add = {.alpha = s->scale, .beta = 0.0f};
+    MF_TRY(mf_tensor_make(&add.a, s->x, s->dt, MF_DEVICE_CPU, 2, shape));
+    MF_TRY(mf_tensor_make(&add.y, s->tmp, s->dt, MF_DEVICE_CPU, 2, shape));
+    MF_TRY(mf_add(s->be, &add));
+    if (s->mask) {
+        const int64_t rows = s->rows, cols = s->cols, q = s->q_len;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *m = s->mask + (r % q) * cols;
+            for (int64_t j = 0; j < cols; j++)
+                if (m[j]) store_neginf(s->tmp, s->dt, r * cols + j);
+        }
+    }
+    mf_softmax_args sm = {.x = add.y, .y = add.y, .scale = 1.0f};
+    sm.y.data = s->y;
+    return mf_softmax(s->be, &sm);
+}
+
+static const char *dt_name(mf_dtype dt) { return mf_dtype_name(dt); }
+
+// Bytes of memory one case needs, by variant.
+static double case_mb(const sm_case *c, const sm_opts *o, bool unfused) {
+    const double n = (double)c->batch * (double)c->heads * (double)c->q_len * (double)c->k_len;
+    const double e = (double)mf_dtype_size(o->dt);
+    double b = 2 * n * e;
+    if (unfused) b += n * e + (double)c->q_len * (double)c->k_len;
+    return b / 1e6;
+}
+
+// Fills device buffer dst (n elements of dt) with random values: one random
+// host block, copied as many times as needed.
+static mf_status fill_random(mf_backend *be, void *dst, mf_dtype dt, int64_t n, uint64_t seed) {
+    const int64_t blk = n < ((int64_t)1 << 22) ? n : ((int64_t)1 << 22);
+    const size_t es = mf_dtype_size(dt);
+    void *h = malloc((size_t)blk * es);
+    if (!h) return mf_fail(MF_ERR_OOM, "bench: out of host memory");
+    mf_bench_fill_random(h, dt, blk, -8.0f, 8.0f, seed);
+    mf_status st = MF_OK;
+    for (int64_t i = 0; i < n && st == MF_OK; i += blk) {
+        const int64_t m = n - i < blk ? n - i : blk;
+        st = mf_backend_copy(be, (char *)dst + (size_t)i * es, h, (size_t)m * es, MF_COPY_H2D);
+    }
+    free(h);
+    return st;
+}
+
+static void fmt_num(char *buf, size_t cap, double v, int prec) {
+    if (v != v)
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%.*f", prec, v);
+}
+
+enum { NCOLS = 22 };
+static const char *const col_names[NCOLS] = {
+    "case", "batch", "heads", "q_len", "k_len", "mask", "dtype", "kernel", "p5_us", "p50_us", "p95_us",
+    "GB/s", "%copy", "MB_req", "MB_moved", "unf_p50_us", "unf_GB/s", "unf_MB_moved", "speedup",
+    "device", "copy_GB/s", "date"};
+
+// Runs one case and appends its row; a case that does not fit the budget is
+// reported on stderr and skipped.
+static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const sm_opts *o, const sm_case *c,
+                            const char *device, double copy_gbps, const char *date, mf_bench_table *tab) {
+    const bool do_unf = o->unfused && case_mb(c, o, true) <= o->max_mb;
+    if (case_mb(c, o, false) > o->max_mb) {
+        fprintf(stderr, "bench softmax: skipping %s %lldx%lldx%lldx%lld: needs %.0f MB (budget %.0f MB)\n", c->kind,
+                (long long)c->batch, (long long)c->heads, (long long)c->q_len, (long long)c->k_len,
+                case_mb(c, o, false), o->max_mb);
+        return MF_OK;
+    }
+    sm_state s = {.be = be, .timer = timer, .dt = o->dt, .q_len = c->q_len, .cols = c->k_len, .scale = o->scale};
+    s.rows = c->batch * c->heads * c->q_len;
+    const int64_t n = s.rows * s.cols;
+    const size_t bytes = (size_t)n * mf_dtype_size(o->dt);
+    double *samples = calloc((size_t)o->iters, sizeof *samples);
+    mf_status st = samples ? MF_OK : mf_fail(MF_ERR_OOM, "bench: out of host memory");
+    if (st == MF_OK) st = mf_backend_alloc(be, bytes, &s.x);
+    if (st == MF_OK) st = mf_backend_alloc(be, bytes, &s.y);
+    if (st == MF_OK) st = fill_random(be, s.x, o->dt, n, (uint64_t)n ^ (uint64_t)c->k_len);
+    const int64_t shape[4] = {c->batch, c->heads, c->q_len, c->k_len};
+    if (st == MF_OK) st = mf_tensor_make(&s.fused.x, s.x, o->dt, mf_backend_device(be), 4, shape);
+    if (st == MF_OK) st = mf_tensor_make(&s.fused.y, s.y, o->dt, mf_backend_device(be), 4, shape);
+    s.fused.scale = o->scale;
+    s.fused.causal = c->causal;
+    mf_bench_stats fs = {0}, us = {0};
+    const char *kernel = "cpu";
+#ifdef MF_HAVE_CUDA
+    if (st == MF_OK && mf_backend_device(be) == MF_DEVICE_CUDA) {
+        kernel = mf_cuda_softmax_variant(be, &s.fused);
+        if (!kernel) kernel = "unsupported";
+    }
+#endif
+    if (st == MF_OK && o->fused) {
+        st = mf_bench_sample(timer, run_fused, &s, o->warmup, o->iters, samples);
+        fs = mf_bench_stats_of(samples, o->iters);
+    }
+    if (st == MF_OK && do_unf) {
+        st = mf_backend_alloc(be, bytes, &s.tmp);
+        if (st == MF_OK && c->causal) {
+            const size_t mb = (size_t)(c->q_len * c->k_len);
+            s.mask_host = malloc(mb);
+            if (!s.mask_host) st = mf_fail(MF_ERR_OOM, "bench: out of host memory");
+            for (int64_t i = 0; st == MF_OK && i < c->q_len; i++)
+                for (int64_t j = 0; j < c->k_len; j++)
+                    s.mask_host[i * c->k_len + j] = j > i + c->k_len - c->q_len; // masked
+            if (st == MF_OK) st = mf_backend_alloc(be, mb, (void **)&s.mask);
+            if (st == MF_OK) st = mf_backend_copy(be, s.mask, s.mask_host, mb, MF_COPY_H2D);
+        }
+        if (st == MF_OK) st = mf_bench_sample(timer, run_unfused, &s, o->warmup, o->iters, samples);
+        if (st == MF_OK) us = mf_bench_stats_of(samples, o->iters);
+    }
+    if (st == MF_OK) {
+        // Bytes the op needs: x read once, y written once (index-computed masks cost nothing).
+        const double e = (double)mf_dtype_size(o->dt), bh = (double)(c->batch * c->heads);
+        const double req = 2.0 * (double)n * e;
+        double visible = (double)n; // keys a row sees: the fused kernel reads only these
+        if (c->causal) {
+            visible = 0;
+            for (int64_t i = 0; i < c->q_len; i++) {
+                int64_t l = i + c->k_len - c->q_len + 1;
+                visible += (double)(l < 0 ? 0 : l > c->k_len ? c->k_len : l);
+            }
+            visible *= bh;
+        }
+        const double moved = visible * e + (double)n * e;
+        // Unfused: scale (read x, write tmp), mask (read + write tmp, read the mask), softmax (read
+        // tmp once on CUDA up to 8192 columns, else three times; twice on the CPU, write y).
+        const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
+        const double passes = (c->causal ? 5.0 : 3.0) + (cuda ? (c->k_len <= 8192 ? 1.0 : 3.0) : 2.0);
+        const double unf_moved = passes * (double)n * e + (c->causal ? (double)(c->q_len * c->k_len) : 0.0);
+        char cells[NCOLS][192];
+        snprintf(cells[0], 192, "%s", c->kind);
+        snprintf(cells[1], 192, "%lld", (long long)c->batch);
+        snprintf(cells[2], 192, "%lld", (long long)c->heads);
+        snprintf(cells[3], 192, "%lld", (long long)c->q_len);
+        snprintf(cells[4], 192, "%lld", (long long)c->k_len);
+        snprintf(cells[5], 192, "%s", c->causal ? "causal" : "none");
+        snprintf(cells[6], 192, "%s", dt_name(o->dt));
+        snprintf(cells[7], 192, "%s", kernel);
+        const double nan = NAN;
+        const double f50 = o->fused ? fs.p50 : nan, u50 = do_unf ? us.p50 : nan;
+        fmt_num(cells[8], 192, o->fused ? fs.p5 : nan, 1);
+        fmt_num(cells[9], 192, f50, 1);
+        fmt_num(cells[10], 192, o->fused ? fs.p95 : nan, 1);
+        fmt_num(cells[11], 192, req / (f50 * 1e3), 1);
+        fmt_num(cells[12], 192, 100.0 * req / (f50 * 1e3) / copy_gbps, 1);
+        fmt_num(cells[13], 192, req / 1e6, 1);
+        fmt_num(cells[14], 192, moved / 1e6, 1);
+        fmt_num(cells[15], 192, u50, 1);
+        fmt_num(cells[16], 192, req / (u50 * 1e3), 1);
+        fmt_num(cells[17], 192, do_unf ? unf_moved / 1e6 : nan, 1);
+        fmt_num(cells[18], 192, u50 / f50, 2);
+        snprintf(cells[19], 192, "%s", device);
+        fmt_num(cells[20], 192, copy_gbps, 1);
+        snprintf(cells[21], 192, "%s", date);
+        const char *row[NCOLS];
+        for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
+        if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench: out of host memory");
+        fprintf(stderr, "bench softmax: %s %lldx%lldx%lldx%lld %s: %s us (unfused %s us)\n", c->kind,
+                (long long)c->batch, (long long)c->heads, (long long)c->q_len, (long long)c->k_len, kernel,
+                cells[9], cells[15]);
+    }
+    mf_backend_dealloc(be, s.x);
+    mf_backend_dealloc(be, s.y);
+    mf_backend_dealloc(be, s.tmp);
+    mf_backend_dealloc(be, s.mask);
+    free(s.mask_host);
+    free(samples);
+    return st;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: minfer bench softmax [options]\n"
+            "  --backend auto|cpu|cuda   (default auto)\n"
+            "  --dtype bf16|f16|f32      x and y dtype (default bf16)\n"
+            "  --variant fused|unfused|both   (default both)\n"
+            "  --cases grid|sweep|all    attention grid, row-length sweep, or both (default all)\n"
+            "  --full                    the whole grid (default: a representative subset)\n"
+            "  --mask causal|none        mask of the grid cases (default causal; the sweep has none)\n"
+            "  --scale S                 (default 0.125)\n"
+            "  --warmup N --iters N      (default 10/50 on CUDA, 1/5 on the CPU)\n"
+            "  --max-mb N                memory budget per case (default: 85%% of free device memory; CPU 1024)\n"
+            "  --format table|csv|json   stdout format (default table)\n"
+            "  --csv FILE --json FILE    also write the results there\n");
+}
+
+// Builds the case list: the grid (subset or full) and the sweep.
+static int make_cases(const sm_opts *o, bool cuda, sm_case *cases, int cap) {
+    int n = 0;
+    static const int64_t ks[6] = {128, 512, 1024, 2048, 4096, 8192};
+    static const int64_t bs[4] = {1, 4, 16, 32}, hs[3] = {12, 16, 32};
+    if (o->grid) {
+        for (int ki = 0; ki < 6; ki++) {
+            if (!cuda && !o->full && ks[ki] > 2048) continue;
+            for (int bi = 0; bi < 4; bi++)
+                for (int hi = 0; hi < 3; hi++) {
+                    bool pick = o->full;
+                    if (!pick && cuda) // subset: small, medium and large batch*heads
+                        pick = (bi == 0 && hi == 2) || (bi == 1 && hi == 1) || (bi == 2 && hi == 0);
+                    if (!pick && !cuda) pick = bi == 0 && hi == 0;
+                    if (pick && n < cap)
+                        cases[n++] = (sm_case){"grid", bs[bi], hs[hi], ks[ki], ks[ki], o->causal};
+                }
+        }
+    }
+    if (o->sweep) {
+        const int64_t total = cuda ? ((int64_t)1 << 27) : ((int64_t)1 << 22); // elements: 256 MB / 8 MB of bf16
+        for (int64_t k = 128; k <= 131072; k *= 2)
+            if (n < cap) cases[n++] = (sm_case){"sweep", 1, 1, total / k, k, false};
+    }
+    return n;
+}
+
+int mf_bench_softmax_main(int argc, char **argv) {
+    sm_opts o = {.backend = "auto", .dt = MF_DTYPE_BF16, .fmt = MF_BENCH_TABLE, .fused = true, .unfused = true,
+                 .grid = true, .sweep = true, .causal = true, .warmup = -1, .iters = -1, .scale = 0.125f,
+                 .max_mb = -1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--full")) {
+            o.full = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "minfer bench softmax: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--backend")) o.backend = v;
+        else if (!strcmp(a, "--csv")) o.csv = v;
+        else if (!strcmp(a, "--json")) o.json = v;
+        else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
+        else if (!strcmp(a, "--iters")) o.iters = atoi(v);
+        else if (!strcmp(a, "--scale")) o.scale = (float)atof(v);
+        else if (!strcmp(a, "--max-mb")) o.max_mb = atof(v);
+        else if (!strcmp(a, "--dtype") && (!strcmp(v, "bf16") || !strcmp(v, "f16") || !strcmp(v, "f32")))
+            o.dt = !strcmp(v, "bf16") ? MF_DTYPE_BF16 : !strcmp(v, "f16") ? MF_DTYPE_F16 : MF_DTYPE_F32;
+        else if (!strcmp(a, "--variant") && (!strcmp(v, "fused") || !strcmp(v, "unfused") || !strcmp(v, "both")))
+            o.fused = strcmp(v, "unfused") != 0, o.unfused = strcmp(v, "fused") != 0;
+        else if (!strcmp(a, "--cases") && (!strcmp(v, "grid") || !strcmp(v, "sweep") || !strcmp(v, "all")))
+            o.grid = strcmp(v, "sweep") != 0, o.sweep = strcmp(v, "grid") != 0;
+        else if (!strcmp(a, "--mask") && (!strcmp(v, "causal") || !strcmp(v, "none")))
+            o.causal = !strcmp(v, "causal");
+        else if (!strcmp(a, "--format") && mf_bench_format_parse(v, &o.fmt))
+            ;
+        else {
+            fprintf(stderr, "minfer bench softmax: bad option %s %s\n", a, v);
+            usage(stderr);
+            return 2;
+        }
+    }
+    mf_backend *be = NULL;
+    if (mf_backend_init(o.backend, &be) != MF_OK) {
+        fprintf(stderr, "minfer bench softmax: %s\n", mf_last_error());
+        return 1;
+    }
+    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
+    if (o.warmup < 0) o.warmup = cuda ? 10 : 1;
+    if (o.iters < 1) o.iters = cuda ? 50 : 5;
+    if (o.max_mb < 0) {
+        o.max_mb = 1024;
+#ifdef MF_HAVE_CUDA
+        size_t free_b = 0, total_b = 0;
+        if (cuda && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) o.max_mb = 0.85 * (double)free_b / 1e6 - 300;
+#endif
+    }
+    // Flush buffer: several times any L2 (50-60 MB on H100/H200); on the CPU larger than the LLC.
+    const size_t flush = cuda ? ((size_t)256 << 20) : ((size_t)64 << 20);
+    mf_bench_timer *timer = NULL;
+    mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
+    int rc = 0;
+    if (!tab || mf_bench_timer_init(be, flush, &timer) != MF_OK) {
+        fprintf(stderr, "minfer bench softmax: %s\n", tab ? mf_last_error() : "out of memory");
+        mf_bench_table_free(tab);
+        mf_backend_free(be);
+        return 1;
+    }
+    mf_bench_table_hide_in_table(tab, "device");
+    mf_bench_table_hide_in_table(tab, "copy_GB/s");
+    mf_bench_table_hide_in_table(tab, "date");
+    char device[160], date[32];
+    mf_bench_device_name(timer, device, sizeof device);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    double copy = 0;
+    mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)256 << 20), cuda ? 20 : 5, &copy);
+    sm_case cases[128];
+    const int n = make_cases(&o, cuda, cases, 128);
+    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(be, timer, &o, &cases[i], device, copy, date, tab);
+    if (st != MF_OK) {
+        fprintf(stderr, "minfer bench softmax: %s\n", mf_last_error());
+        rc = 1;
+    }
+    if (o.fmt == MF_BENCH_TABLE)
+        printf("# softmax on %s (%s), %s; copy ceiling %.1f GB/s (read + write); %d iterations, L2 flushed; "
+               "GB/s counts x read once + y written once\n",
+               mf_backend_name(be), device, date, copy, o.iters);
+    mf_bench_table_print(tab, o.fmt, stdout);
+    const char *files[2] = {o.csv, o.json};
+    for (int k = 0; k < 2; k++) {
+        if (!files[k]) continue;
+        FILE *f = fopen(files[k], "w");
+        if (!f) {
+            fprintf(stderr, "minfer bench softmax: cannot write %s\n", files[k]);
+            rc = 1;
+            continue;
+        }
+        mf_bench_table_print(tab, k ? MF_BENCH_JSON : MF_BENCH_CSV, f);
+        fclose(f);
+    }
+    mf_bench_table_free(tab);
+    mf_bench_timer_free(timer);
+    mf_backend_free(be);
+    return rc;
+}
