@@ -31,6 +31,12 @@
 #   MF_GPU_FORCE_PREFIX=1      unpack every package even if the host has it
 #   MF_GPU_ISOLATE_PKGCONFIG=1 pkg-config sees only the prefix (PKG_CONFIG_LIBDIR):
 #                              with FORCE, proves the prefix alone is enough
+#   MF_GPU_STAGES="deps configure build ctest memcheck pytest bench"
+#                              the stages to run (the rest show as SKIP): split a
+#                              long check over two calls; a later call without
+#                              deps/build reuses .gpu-prefix/env.sh and the build
+#   MF_GPU_MEMCHECK_FILTER=S   only test_ops cases matching S under memcheck
+#   MF_GPU_TIMEOUT=300         seconds per memcheck / per benchmark / per CTest test
 # Every stage runs (later ones are skipped only when the build is missing);
 # the exit status is 1 if any stage failed.
 set -uo pipefail
@@ -55,14 +61,21 @@ have_build=0 have_cuda=0
 
 # stage NAME LOGFILE FUNCTION: run FUNCTION in this shell (its exports persist),
 # output appended to LOGFILE; it sets $note and returns 0 (PASS), 1 (FAIL) or 2 (SKIP).
+stages=" ${MF_GPU_STAGES:-deps configure build ctest memcheck pytest bench} "
+tmo=${MF_GPU_TIMEOUT:-300}
 stage() {
   local name=$1 log=$2 fn=$3 t rc state
   note=""
   echo "== $name ($(date +%H:%M:%S))"
   t=$(date +%s)
   { echo "===== $name: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; } >>"$log"
-  "$fn" >>"$log" 2>&1 </dev/null
-  rc=$?
+  if [[ $stages == *" $name "* ]]; then
+    "$fn" >>"$log" 2>&1 </dev/null
+    rc=$?
+  else
+    note="not in MF_GPU_STAGES"
+    rc=2
+  fi
   case $rc in
     0) state=PASS ;;
     2) state=SKIP ;;
@@ -196,6 +209,13 @@ stage_deps() {
   return $bad
 }
 stage deps "$out/build.log" stage_deps
+if [[ $stages != *" deps "* && -f $prefix/env.sh ]]; then
+  # shellcheck disable=SC1091
+  source "$prefix/env.sh"
+  [[ -x $prefix/usr/bin/pkg-config ]] && ! command -v pkg-config >/dev/null 2>&1 &&
+    cmake_extra+=(-DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkg-config")
+  echo "   (using $prefix/env.sh from an earlier run)"
+fi
 
 # ---- configure + build ---------------------------------------------------------------------
 stage_configure() {
@@ -212,21 +232,28 @@ stage_configure() {
 }
 stage configure "$out/build.log" stage_configure
 
+probe_build() {  # sets have_build/have_cuda from the built CLI
+  local info
+  info=$("$build/minfer" info 2>&1) || { echo "$info"; return 1; }
+  echo "$info"
+  have_build=1
+  grep '^build:' <<<"$info" | grep -q cuda && have_cuda=1
+  note=$(grep '^backend:' <<<"$info")
+  return 0
+}
 stage_build() {
   cmake --build "$build" -j "$jobs" || return 1
-  have_build=1
-  local info
-  info=$("$build/minfer" info 2>&1)
-  echo "$info"
-  grep -q cuda <<<"$(grep '^build:' <<<"$info")" && have_cuda=1
-  note=$(grep '^backend:' <<<"$info")
+  probe_build
 }
 stage build "$out/build.log" stage_build
+if [[ $stages != *" build "* && -x $build/minfer ]]; then
+  probe_build >>"$out/build.log" 2>&1 && echo "   (using the existing build in $build: $note)"
+fi
 
 # ---- tests ------------------------------------------------------------------------------------------
 stage_ctest() {
   ((have_build)) || { note="no build"; return 2; }
-  (cd "$build" && ctest --output-on-failure -j "$jobs")
+  (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout "$tmo")
   local rc=$?
   note=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n1)
   return $(( rc ? 1 : 0 ))
@@ -243,9 +270,12 @@ stage_memcheck() {
   [[ -n $cs ]] || { note="compute-sanitizer not found"; return 1; }
   test_ops=$(find "$build" -name test_ops -type f -perm -u+x | head -n1)
   [[ -n $test_ops ]] || { note="test_ops not built"; return 1; }
-  "$cs" --tool memcheck --leak-check full --error-exitcode 86 "$test_ops" --backend cuda
+  local filt=()
+  [[ -n ${MF_GPU_MEMCHECK_FILTER:-} ]] && filt=(--filter "$MF_GPU_MEMCHECK_FILTER")
+  timeout "$tmo" "$cs" --tool memcheck --leak-check full --error-exitcode 86 "$test_ops" --backend cuda "${filt[@]}"
   local rc=$?
   note="$(grep -h 'ERROR SUMMARY' "$out/memcheck.log" | tail -n1 | sed 's/^=* *//'); $(grep -E '[0-9]+ passed' "$out/memcheck.log" | tail -n1)"
+  ((rc == 124)) && note="timed out after ${tmo}s (MF_GPU_TIMEOUT, MF_GPU_MEMCHECK_FILTER); $note"
   return $(( rc ? 1 : 0 ))
 }
 : >"$out/memcheck.log"
@@ -274,14 +304,14 @@ stage_bench() {
   if "$build/minfer" --help 2>&1 | grep -qw bench; then
     ran=1
     echo "--- minfer bench --csv $out/bench_minfer.csv"
-    "$build/minfer" bench --csv "$out/bench_minfer.csv" || bad=1
+    timeout "$tmo" "$build/minfer" bench --csv "$out/bench_minfer.csv" || bad=1
   fi
   for f in "$root"/bench/*_peers.py; do
     [[ -f $f ]] || continue
     ran=1
     name=$(basename "$f" .py)
     echo "--- python3 bench/$name.py --out $out/bench_$name.csv"
-    MINFER_LIB="$build/libminfer.so" python3 "$f" --out "$out/bench_$name.csv" || bad=1
+    MINFER_LIB="$build/libminfer.so" timeout "$tmo" python3 "$f" --out "$out/bench_$name.csv" || bad=1
   done
   ((ran)) || { note="no minfer bench, no bench/*_peers.py"; return 2; }
   note="$(cd "$out" && ls bench_*.csv 2>/dev/null | tr '\n' ' ')"

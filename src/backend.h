@@ -30,6 +30,9 @@ struct mf_backend {
     mf_status (*embed)(mf_backend *be, const mf_embed_args *args);
     mf_status (*add)(mf_backend *be, const mf_add_args *args);
     mf_status (*softmax)(mf_backend *be, const mf_softmax_args *args);
+    mf_status (*rope)(mf_backend *be, const mf_rope_args *args);
+    mf_status (*act)(mf_backend *be, const mf_act_args *args);
+    mf_status (*copy_tensor)(mf_backend *be, const mf_copy_args *args);
 };
 
 mf_status mf_backend_cpu_create(mf_backend **out);

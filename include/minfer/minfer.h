@@ -6,6 +6,8 @@
 #include "minfer/tensor.h"
 #include "minfer/backend.h"
 #include "minfer/ops.h"
+#include "minfer/tokenizer.h"
+#include "minfer/model.h"
 
 #define MF_VERSION_MAJOR 0
 #define MF_VERSION_MINOR 1

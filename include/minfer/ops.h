@@ -121,6 +121,57 @@ typedef struct {
 
 mf_status mf_softmax(mf_backend *be, const mf_softmax_args *args);
 
+// ---------------------------------------------------------------------------
+// Rotary position embedding (RoPE), in place on q and k, HF "rotate_half"
+// layout: for i < rot_dim/2 the pair (v[i], v[i + rot_dim/2]) is rotated by
+// angle = (float)pos[t] * inv_freq[i] (the product in f32, as HF computes it):
+//   v[i]           = v[i] * cos - v[i + h] * sin
+//   v[i + h]       = v[i + h] * cos + v[i] * sin        (h = rot_dim / 2)
+// Dims >= rot_dim are left alone (partial rotary).
+//   q: (n_tokens, n_heads, head_dim), stride[2] == 1, other strides free
+//   k: (n_tokens, n_kv_heads, head_dim) or NULL, same layout rules
+//   pos: (n_tokens) i32 on the backend's device (token positions)
+//   inv_freq: (rot_dim / 2) f32 on the backend's device; the caller computes
+//      it (rope_theta and any llama3 / linear scaling); rot_dim <= head_dim, even.
+typedef struct {
+    mf_tensor q;
+    const mf_tensor *k; // NULL: q only
+    mf_tensor pos;
+    mf_tensor inv_freq;
+} mf_rope_args;
+
+mf_status mf_rope(mf_backend *be, const mf_rope_args *args);
+
+// ---------------------------------------------------------------------------
+// Activations, optionally gated: y = act(x) * up   (up NULL: y = act(x))
+//   x, up, y: (rows, n), stride[1] == 1, row strides free (x and up may be the
+//   two halves of one fused gate|up GEMM output); y may alias x. Math in f32.
+typedef enum {
+    MF_ACT_SILU = 0,      // x * sigmoid(x)          (Llama's SwiGLU with up)
+    MF_ACT_GELU_TANH = 1, // tanh approximation      (GPT-2's gelu_new)
+    MF_ACT_GELU_ERF = 2,  // exact erf GELU
+} mf_act_kind;
+
+typedef struct {
+    mf_tensor x;
+    const mf_tensor *up; // NULL: no gate product
+    mf_tensor y;
+    mf_act_kind kind;
+} mf_act_args;
+
+mf_status mf_act(mf_backend *be, const mf_act_args *args);
+
+// ---------------------------------------------------------------------------
+// Strided copy with dtype conversion: dst = src, element by element.
+//   src, dst: same shape (up to 4 dims), any strides, f32/f16/bf16 (i32 only
+//   to i32); must not overlap unless they are the same view. Used for KV
+//   cache writes, layout changes and casts.
+typedef struct {
+    mf_tensor src, dst;
+} mf_copy_args;
+
+mf_status mf_copy(mf_backend *be, const mf_copy_args *args);
+
 #ifdef __cplusplus
 }
 #endif

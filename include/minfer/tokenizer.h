@@ -12,7 +12,10 @@
 //   decoder        null, Sequence, ByteLevel, Replace (String pattern),
 //                  ByteFallback, Fuse, Strip, Metaspace.
 //   added_tokens   matched before normalization (normalized=false) or after it
-//                  (normalized=true), leftmost then longest; lstrip, rstrip.
+//                  (normalized=true), leftmost then longest; lstrip, rstrip
+//                  (single_word=true is refused). Special tokens written in the
+//                  text are always matched, as in HF by default: callers that
+//                  encode untrusted text must screen it themselves.
 //   post_processor ignored: the caller decides about BOS (add_bos below).
 // Regexes run through PCRE2 with UTF and UCP (Unicode \s, \p{L}, \p{N}); \s and
 // \w are spelled out as Oniguruma (HF's engine) defines them.
@@ -108,7 +111,8 @@ typedef struct mf_tokenizer_stream mf_tokenizer_stream;
 mf_status mf_tokenizer_stream_new(const mf_tokenizer *tok, const int32_t *context, int64_t n_context,
                                   mf_tokenizer_stream **out);
 // Feeds one id. *text / *len: the newly complete text (possibly empty; not
-// NUL-terminated), valid until the next call on this stream.
+// NUL-terminated), valid until the next call on this stream. After a failure
+// other than MF_ERR_INVALID_ARG, free the stream.
 mf_status mf_tokenizer_stream_push(mf_tokenizer_stream *s, int32_t id, const char **text, size_t *len);
 // Emits the held bytes of an incomplete character (raw) and ends the
 // character; the stream can go on.

@@ -63,6 +63,9 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     be->embed = mf_cpu_embed;
     be->add = mf_cpu_add;
     be->softmax = mf_cpu_softmax;
+    be->rope = mf_cpu_rope;
+    be->act = mf_cpu_act;
+    be->copy_tensor = mf_cpu_copy;
     *out = be;
     return MF_OK;
 }

@@ -13,6 +13,9 @@ mf_status mf_cpu_add_norm(mf_backend *be, const mf_norm_args *args);    // norm.
 mf_status mf_cpu_embed(mf_backend *be, const mf_embed_args *args);      // embed.c
 mf_status mf_cpu_add(mf_backend *be, const mf_add_args *args);          // add.c
 mf_status mf_cpu_softmax(mf_backend *be, const mf_softmax_args *args);  // softmax.c
+mf_status mf_cpu_rope(mf_backend *be, const mf_rope_args *args);        // rope.c
+mf_status mf_cpu_act(mf_backend *be, const mf_act_args *args);          // act.c
+mf_status mf_cpu_copy(mf_backend *be, const mf_copy_args *args);        // copy.c
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,81 @@
+// Models and sessions: a Hugging Face checkpoint (or a synthetic one) loaded
+// onto a backend, and sessions that run it over batches of sequences with a
+// KV cache. Generation (sampling, stop rules, streaming) is in generate.h.
+#ifndef MINFER_MODEL_H
+#define MINFER_MODEL_H
+
+#include "minfer/backend.h"
+#include "minfer/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mf_model mf_model;
+typedef struct mf_session mf_session;
+
+typedef struct {
+    mf_dtype dtype;      // weights/activations on CUDA: MF_DTYPE_BF16 (default when
+                         // opts is NULL), F16 or F32. The CPU backend always uses F32.
+    const char *attn;    // "classic" (QK^T GEMM -> mf_softmax -> .V; the default, NULL)
+    bool verbose;        // progress on stderr while loading
+} mf_model_opts;
+
+// Loads <dir>/config.json, model.safetensors (or the sharded index) and, when
+// present, tokenizer.json (+ tokenizer_config.json). The model keeps `be`
+// (not owned: free the model first). Errors name the file/tensor/field.
+mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *opts, mf_model **out);
+
+// A model with seeded random weights (no files): preset "small" (12 layers,
+// 768 hidden, 12 heads, GPT-2 shaped), "medium" (24, 1024, 16), "large"
+// (32, 4096, 32), "llama-7b" (Llama-2-7B shapes), "tiny" (2 layers, 64
+// hidden: tests). No tokenizer.
+mf_status mf_model_synthetic(const char *preset, uint64_t seed, mf_backend *be, const mf_model_opts *opts,
+                             mf_model **out);
+void mf_model_free(mf_model *m); // NULL is fine
+
+typedef struct {
+    const char *arch;          // "gpt2" | "llama" | ...
+    int64_t n_params;          // parameters (tied embeddings counted once)
+    int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
+    int64_t max_pos;           // longest sequence the model was trained for
+    mf_dtype dtype;            // weights as loaded
+    int64_t weight_bytes;      // bytes of weights on the backend
+    int64_t kv_bytes_per_token;// K and V, all layers
+    int32_t bos_id, eos_id;    // -1 when unknown
+} mf_model_info;
+
+mf_status mf_model_get_info(const mf_model *m, mf_model_info *out);
+// The model's tokenizer, or NULL when it has none (synthetic models).
+const mf_tokenizer *mf_model_tokenizer(const mf_model *m);
+
+// A session: max_batch sequence slots of up to max_seq tokens each; the KV
+// cache and all scratch are allocated here (nothing is allocated per step).
+mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out);
+void mf_session_free(mf_session *s); // NULL is fine
+// Empties sequence slot `seq` (-1: all slots).
+mf_status mf_session_reset(mf_session *s, int32_t seq);
+// Tokens already in slot seq's KV cache.
+int64_t mf_session_seq_len(const mf_session *s, int32_t seq);
+
+typedef enum {
+    MF_LOGITS_LAST = 0, // (n_seqs, vocab): each sequence's last new token
+    MF_LOGITS_ALL = 1,  // (total new tokens, vocab), in input order
+} mf_logits_mode;
+
+// Appends new tokens to n_seqs sequences and runs them through the model
+// (prefill when many tokens, a decode step when one each): sequence i
+// appends tokens[offsets[i] .. offsets[i+1]) to slot seq_ids[i] (distinct
+// slots; offsets has n_seqs + 1 entries, offsets[0] = 0). logits is a host
+// f32 buffer of the size `mode` says. Errors leave the caches unchanged
+// (e.g. a sequence longer than max_seq: MF_ERR_INVALID_ARG naming it).
+mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                             const int64_t *offsets, mf_logits_mode mode, float *logits);
+
+// Bytes the session holds on the backend (KV cache + scratch peak).
+int64_t mf_session_bytes(const mf_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // MINFER_MODEL_H

@@ -1,0 +1,77 @@
+// Internal: a model's weights as tensor views, and how they get there.
+//
+// Every matrix is stored as the GEMM `b` operand it is used as, (in, out):
+// a torch Linear weight (out, in) is seen transposed (free), GPT-2's Conv1D
+// weight is already (in, out). Where weights are copied anyway (CUDA, or a
+// CPU checkpoint in f16/bf16), Llama's q|k|v and gate|up are stacked into one
+// matrix each so that one GEMM computes them; f32 weights used in place from
+// the mmap keep them separate (n_qkv == 3, n_up == 2), and the forward writes
+// the separate GEMMs side by side into the same output.
+//
+// Memory: one backend allocation (`block`) holds every weight that is not
+// used in place, plus the RoPE frequencies. CPU: f32 (f16/bf16 widened at
+// load; aligned f32 tensors are views into the read-only mmap, `st` kept
+// open). CUDA: everything in the model dtype, uploaded through a host
+// staging buffer.
+#ifndef MF_MODEL_WEIGHTS_H
+#define MF_MODEL_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "minfer/backend.h"
+#include "model/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mf_dec_spec mf_dec_spec_fwd; // (see model_internal.h)
+
+typedef struct {
+    mf_tensor w;    // (in, out) GEMM b operand
+    mf_tensor bias; // (out); bias.data == NULL: none
+} mf_linear;
+
+typedef struct {
+    mf_tensor norm1_w, norm1_b; // (hidden): the attention's norm (GPT-2 ln_1, Llama input_layernorm);
+                                // norm*_b.data NULL for RMSNorm
+    mf_tensor norm2_w, norm2_b; // (hidden): the MLP's (ln_2, post_attention_layernorm)
+    mf_linear qkv[3];           // fused (hidden, (H + 2G) * D), or q (hidden, H*D), k, v (hidden, G*D)
+    int32_t n_qkv;              // 1 or 3
+    mf_linear o;                // (H*D, hidden)
+    mf_linear up[2];            // gated: gate|up (hidden, 2*ffn) or gate, up (hidden, ffn); dense: fc (hidden, ffn)
+    int32_t n_up;               // 1 or 2
+    mf_linear down;             // (ffn, hidden): down_proj / mlp.c_proj
+} mf_layer_weights;
+
+typedef struct {
+    mf_tensor tok_emb;          // (vocab, hidden)
+    mf_tensor pos_emb;          // (max_pos, hidden) learned positions; data NULL for RoPE
+    mf_layer_weights *layers;   // (n_layers), host array of views
+    mf_tensor final_w, final_b; // (hidden) final norm; data NULL when the model has none
+    mf_linear lm_head;          // (hidden, vocab): lm_head.weight^T, or tok_emb^T when tied
+    mf_tensor inv_freq;         // (head_dim / 2) f32 RoPE frequencies; data NULL without RoPE
+    void *block;                // the one backend allocation
+    int64_t block_bytes;
+    int64_t weight_bytes;       // bytes of weights on the backend (block + used in place)
+    mf_st_file *st;             // the checkpoint, kept mapped while views point into it
+    mf_backend *be;
+} mf_weights;
+
+struct mf_model;
+
+// Loads every tensor the model's spec needs from `st` (taking ownership of
+// st: it is closed on failure, or when no view points into it) onto the
+// model's backend in the model's dtype. Errors name the tensor and its file.
+// verbose: progress on stderr.
+mf_status mf_weights_load(struct mf_model *m, mf_st_file *st, bool verbose);
+// Allocates the weights of m's spec and fills them with seeded normal values
+// (std 0.02; norm gains 1 + that).
+mf_status mf_weights_random(struct mf_model *m, uint64_t seed, bool verbose);
+void mf_weights_free(mf_weights *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // MF_MODEL_WEIGHTS_H
