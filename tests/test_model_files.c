@@ -739,7 +739,7 @@ static void test_config_fixtures(void) {
                strcmp(c.model_type, "gpt2") == 0 && c.vocab_size == 1000 && c.hidden == 64 && c.n_layers == 2 &&
                c.n_heads == 4 && c.n_kv_heads == 4 && c.head_dim == 16 && c.ffn == 256 && c.max_pos == 128 &&
                c.norm_eps == 1e-5 && c.norm == MF_NORM_LAYERNORM && c.learned_pos && !c.gated_mlp &&
-               c.act == MF_ACT_GELU_TANH && c.qkv_bias && c.o_bias && c.mlp_bias && c.tie_word_embeddings &&
+               c.act == MF_HIDDEN_ACT_GELU_TANH && c.qkv_bias && c.o_bias && c.mlp_bias && c.tie_word_embeddings &&
                c.n_experts == 0 && c.bos_id == 50256 && c.n_eos == 1 && c.eos_ids[0] == 50256 && c.has_torch_dtype &&
                c.torch_dtype == MF_DTYPE_F32 && c.n_params == 172288,
            "config_gpt2", "%s", s == MF_OK ? "" : mf_last_error());
@@ -750,7 +750,7 @@ static void test_config_fixtures(void) {
     report(s == MF_OK && c.arch == MF_ARCH_LLAMA && c.vocab_size == 128256 && c.hidden == 96 && c.n_layers == 3 &&
                c.n_heads == 6 && c.n_kv_heads == 2 && c.head_dim == 16 && c.ffn == 256 && c.max_pos == 131072 &&
                c.norm_eps == 1e-5 && c.norm == MF_NORM_RMSNORM && !c.learned_pos && c.gated_mlp &&
-               c.act == MF_ACT_SILU && !c.qkv_bias && !c.o_bias && !c.mlp_bias && !c.tie_word_embeddings &&
+               c.act == MF_HIDDEN_ACT_SILU && !c.qkv_bias && !c.o_bias && !c.mlp_bias && !c.tie_word_embeddings &&
                c.rope_theta == 500000.0 && c.rope_scaling.type == MF_ROPE_SCALING_LLAMA3 &&
                c.rope_scaling.factor == 8.0 && c.rope_scaling.low_freq_factor == 1.0 &&
                c.rope_scaling.high_freq_factor == 4.0 && c.rope_scaling.original_max_pos == 8192 &&
@@ -833,6 +833,20 @@ static void cfg_bad(const char *name, const char *text, mf_status want, const ch
 
 static void test_config_inline(void) {
     mf_model_config c;
+    // transformers 5 moves rope_theta and the scaling into rope_parameters.
+    mf_status s5 = parse(LLAMA("\"rope_parameters\":{\"rope_type\":\"llama3\",\"rope_theta\":500000,\"factor\":8,"
+                               "\"low_freq_factor\":1,\"high_freq_factor\":4,"
+                               "\"original_max_position_embeddings\":8192},",
+                               NULL),
+                         &c);
+    report(s5 == MF_OK && c.rope_theta == 500000.0 && c.rope_scaling.type == MF_ROPE_SCALING_LLAMA3 &&
+               c.rope_scaling.factor == 8.0 && c.rope_scaling.original_max_pos == 8192,
+           "config_rope_parameters_llama3", "%s", s5 == MF_OK ? "" : mf_last_error());
+    s5 = parse(LLAMA("\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":20000},", NULL), &c);
+    report(s5 == MF_OK && c.rope_theta == 20000.0 && c.rope_scaling.type == MF_ROPE_SCALING_NONE,
+           "config_rope_parameters_default", "%s", s5 == MF_OK ? "" : mf_last_error());
+    cfg_bad("config_rope_parameters_yarn", LLAMA("\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4},", NULL),
+            MF_ERR_UNSUPPORTED, "rope_parameters.rope_type 'yarn' unsupported", NULL);
     mf_status s = parse(LLAMA("", NULL), &c);
     report(s == MF_OK && c.n_kv_heads == 4 && c.head_dim == 16 && c.rope_theta == 10000.0 && c.norm_eps == 1e-6 &&
                c.max_pos == 2048 && c.bos_id == 1 && c.n_eos == 1 && c.eos_ids[0] == 2 && !c.tie_word_embeddings &&
@@ -864,7 +878,7 @@ static void test_config_inline(void) {
            "config_rope_default_null_ids", "%s", s == MF_OK ? "" : mf_last_error());
     s = parse(LLAMA("\"hidden_act\":\"gelu\",\"attention_bias\":true,\"mlp_bias\":true,\"tie_word_embeddings\":true,", NULL),
               &c);
-    report(s == MF_OK && c.act == MF_ACT_GELU && c.qkv_bias && c.o_bias && c.mlp_bias && c.tie_word_embeddings,
+    report(s == MF_OK && c.act == MF_HIDDEN_ACT_GELU && c.qkv_bias && c.o_bias && c.mlp_bias && c.tie_word_embeddings,
            "config_llama_flags", "%s", s == MF_OK ? "" : mf_last_error());
     const char *t = "{\"model_type\":\"gpt2\",\"vocab_size\":10,\"n_embd\":8,\"n_layer\":1,\"n_head\":2} trailing";
     s = mf_model_config_parse(t, strlen(t) - 9, "slice", &c); // a slice: not NUL-terminated there
@@ -924,7 +938,7 @@ static void test_config_inline(void) {
     cfg_bad("config_rope_scaling_no_type", LLAMA("\"rope_scaling\":{\"factor\":2},", NULL), MF_ERR_FORMAT,
             "missing required field 'rope_scaling.rope_type'", NULL);
     cfg_bad("config_rope_yarn", LLAMA("\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4},", NULL), MF_ERR_UNSUPPORTED,
-            "rope_scaling type 'yarn' unsupported", "llama3");
+            "rope_scaling.rope_type 'yarn' unsupported", "llama3");
     cfg_bad("config_llama3_no_factor",
             LLAMA("\"rope_scaling\":{\"rope_type\":\"llama3\",\"low_freq_factor\":1,\"high_freq_factor\":4,"
                   "\"original_max_position_embeddings\":8192},",

@@ -20,7 +20,10 @@
     X(norm)            \
     X(embed)           \
     X(add)             \
-    X(softmax)
+    X(softmax)         \
+    X(rope)            \
+    X(act)             \
+    X(copy)
 
 #define TH_DECLARE(f) void th_cases_##f(th_list *l);
 TH_FAMILIES(TH_DECLARE)

@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cmd_generate.h"
+#include "cmd_model.h"
 #include "minfer/minfer.h"
 
 static void usage(FILE *f) {
@@ -10,8 +12,11 @@ static void usage(FILE *f) {
             "usage: minfer <command> [options]\n"
             "\n"
             "commands:\n"
-            "  info        backends and build information\n"
+            "  generate    generate text from a prompt, streamed to stdout (minfer generate --help)\n"
+            "  info        backends and build information; with -m DIR: a model's architecture and memory plan\n"
+            "  score       per-token NLL and perplexity of a text (minfer score --help)\n"
             "  bench [op]  benchmarks (ops: softmax; none named: all); minfer bench softmax --help\n"
+            "  bench model the end-to-end model benchmark and per-op profile (minfer bench model --help)\n"
             "\n"
             "options:\n"
             "  -h, --help     this help\n"
@@ -36,6 +41,7 @@ static int cmd_info(void) {
 static int cmd_bench(int argc, char **argv) {
     if (argc > 0 && argv[0][0] != '-') {
         if (!strcmp(argv[0], "softmax")) return mf_bench_softmax_main(argc - 1, argv + 1);
+        if (!strcmp(argv[0], "model")) return mf_bench_model_main(argc - 1, argv + 1);
         fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax)\n", argv[0]);
         return 2;
     }
@@ -56,7 +62,9 @@ int main(int argc, char **argv) {
         printf("minfer %s\n", mf_version());
         return 0;
     }
-    if (!strcmp(cmd, "info")) return cmd_info();
+    if (!strcmp(cmd, "info")) return argc > 2 ? mf_cmd_model_info(argc - 2, argv + 2) : cmd_info();
+    if (!strcmp(cmd, "generate")) return mf_cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "score")) return mf_cmd_score(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     fprintf(stderr, "minfer: error: unknown command '%s' (see minfer --help)\n", cmd);
     return 2;

@@ -37,7 +37,7 @@ typedef struct {
 // MF_OK, or MF_ERR_INVALID_ARG naming the first bad field ("sampler: top_p 1.5 not in [0, 1]").
 mf_status mf_sampler_params_check(const mf_sampler_params *p);
 
-// A sampler for a vocabulary of `vocab` logits. Its scratch (about 9 bytes per
+// A sampler for a vocabulary of `vocab` logits. Its scratch (13 bytes per
 // vocabulary entry) is allocated here; sampling allocates nothing.
 typedef struct mf_sampler mf_sampler;
 mf_status mf_sampler_create(const mf_sampler_params *p, int64_t vocab, mf_sampler **out);

@@ -12,6 +12,8 @@ extern "C" {
 #endif
 
 typedef struct mf_model mf_model;
+
+#define MF_MODEL_MAX_EOS 8
 typedef struct mf_session mf_session;
 
 typedef struct {
@@ -29,7 +31,11 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
 // A model with seeded random weights (no files): preset "small" (12 layers,
 // 768 hidden, 12 heads, GPT-2 shaped), "medium" (24, 1024, 16), "large"
 // (32, 4096, 32), "llama-7b" (Llama-2-7B shapes), "tiny" (2 layers, 64
-// hidden: tests). No tokenizer.
+// hidden: tests; Llama-shaped with GQA, vocab 512). Also for tests:
+// "tiny-gpt2" (GPT-2-shaped tiny) and "tiny-postnorm" (GPT-2-shaped with the
+// norms after the residual adds). The GPT-2-shaped presets have vocab 50257
+// and 16384 learned positions. Values: N(0, 0.02) (norm gains 1 + that),
+// the same for a seed on every backend (rounded to the dtype). No tokenizer.
 mf_status mf_model_synthetic(const char *preset, uint64_t seed, mf_backend *be, const mf_model_opts *opts,
                              mf_model **out);
 void mf_model_free(mf_model *m); // NULL is fine
@@ -42,7 +48,11 @@ typedef struct {
     mf_dtype dtype;            // weights as loaded
     int64_t weight_bytes;      // bytes of weights on the backend
     int64_t kv_bytes_per_token;// K and V, all layers
-    int32_t bos_id, eos_id;    // -1 when unknown
+    int32_t bos_id, eos_id;    // -1 when unknown (eos_id: the first of eos_ids)
+    int32_t n_eos;             // every EOS id (generation_config.json may list several)
+    int32_t eos_ids[MF_MODEL_MAX_EOS];
+    const char *backend;       // "cpu" | "cuda"
+    const char *source;        // the checkpoint directory, or "synthetic:PRESET"
 } mf_model_info;
 
 mf_status mf_model_get_info(const mf_model *m, mf_model_info *out);
@@ -67,13 +77,45 @@ typedef enum {
 // (prefill when many tokens, a decode step when one each): sequence i
 // appends tokens[offsets[i] .. offsets[i+1]) to slot seq_ids[i] (distinct
 // slots; offsets has n_seqs + 1 entries, offsets[0] = 0). logits is a host
-// f32 buffer of the size `mode` says. Errors leave the caches unchanged
-// (e.g. a sequence longer than max_seq: MF_ERR_INVALID_ARG naming it).
+// f32 buffer of the size `mode` says, or NULL: the tokens only go into the
+// KV cache (no LM head runs). Errors leave the caches unchanged
+// (e.g. a sequence longer than max_seq: MF_ERR_INVALID_ARG naming it); every
+// argument is checked before anything runs. A token id outside [0, vocab),
+// a slot outside [0, max_batch), a slot given twice, or a sequence with no
+// new tokens is MF_ERR_INVALID_ARG naming it.
 mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                              const int64_t *offsets, mf_logits_mode mode, float *logits);
 
 // Bytes the session holds on the backend (KV cache + scratch peak).
 int64_t mf_session_bytes(const mf_session *s);
+
+// What a session is for (0 / NULL for a NULL session).
+mf_model *mf_session_model(const mf_session *s);
+int32_t mf_session_max_batch(const mf_session *s);
+int64_t mf_session_max_seq(const mf_session *s);
+
+// The memory a session of this size would take, without creating it.
+typedef struct {
+    int64_t kv_bytes;      // K and V caches, all layers and slots
+    int64_t scratch_bytes; // activations, attention scores, logits staging
+    int64_t step_tokens;   // tokens one pass over the layers takes (longer inputs are split)
+} mf_session_plan;
+mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t max_seq, mf_session_plan *out);
+
+// Profiling: while set, each forward call brackets every op it launches with
+// begin(user, op, what) and end(user, op, what): `op` is the op family
+// ("gemm", "softmax", "add_norm", "rope", "act", "copy", "embed", "add") and
+// `what` its role ("qkv", "o", "up", "down", "lm_head", "scores", "kv_write",
+// ...); both static strings. The caller times them (wall clock on the CPU,
+// where ops are synchronous; CUDA events on the backend's stream). Off
+// (NULL, the default) costs one branch per op.
+typedef struct {
+    void (*begin)(void *user, const char *op, const char *what);
+    void (*end)(void *user, const char *op, const char *what);
+    void *user;
+} mf_session_profiler;
+// p NULL (or with NULL begin and end) turns profiling off. p is copied.
+mf_status mf_session_set_profiler(mf_session *s, const mf_session_profiler *p);
 
 #ifdef __cplusplus
 }

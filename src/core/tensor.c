@@ -87,6 +87,7 @@ int64_t mf_tensor_numel(const mf_tensor *t) {
 }
 
 bool mf_tensor_is_contiguous(const mf_tensor *t) {
+    if (mf_tensor_numel(t) == 0) return true; // nothing to lay out (numpy gives empty arrays 0 strides)
     int64_t st = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != st) return false;

@@ -14,7 +14,8 @@ mf_status mf_cpu_copy(mf_backend *be, const mf_copy_args *p) {
     mf_copy_geom g;
     mf_copy_geom_of(p, &g);
     const int last = g.ndim - 1;
-    const int64_t inner = g.shape[last], rows = g.numel / inner, sst = g.ss[last], dst = g.ds[last];
+    const int64_t inner = g.shape[last], rows = g.numel / inner;
+    const int64_t s_step = g.ss[last], d_step = g.ds[last]; // strides along the rows
     const mf_dtype st = p->src.dtype, dt = p->dst.dtype;
     const int64_t es = (int64_t)mf_dtype_size(st);
     const bool same = st == dt, contig = mf_copy_rows_contiguous(&g);
@@ -36,9 +37,9 @@ mf_status mf_cpu_copy(mf_backend *be, const mf_copy_args *p) {
         if (same && contig) {
             memcpy(d + doff * es, s + so * es, (size_t)(inner * es));
         } else if (same) {
-            for (int64_t j = 0; j < inner; j++) memcpy(d + (doff + j * dst) * es, s + (so + j * sst) * es, (size_t)es);
+            for (int64_t j = 0; j < inner; j++) memcpy(d + (doff + j * d_step) * es, s + (so + j * s_step) * es, (size_t)es);
         } else {
-            for (int64_t j = 0; j < inner; j++) mf_store_f32(d, dt, doff + j * dst, mf_load_f32(s, st, so + j * sst));
+            for (int64_t j = 0; j < inner; j++) mf_store_f32(d, dt, doff + j * d_step, mf_load_f32(s, st, so + j * s_step));
         }
     }
     return MF_OK;

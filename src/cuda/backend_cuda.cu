@@ -241,6 +241,9 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->embed = mf_cuda_embed;
     be->add = mf_cuda_add;
     be->softmax = mf_cuda_softmax;
+    be->rope = mf_cuda_rope;
+    be->act = mf_cuda_act;
+    be->copy_tensor = mf_cuda_copy;
     *out = be;
     return MF_OK;
 }

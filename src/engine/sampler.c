@@ -1,11 +1,11 @@
 // The sampler: logits -> one token id.
 //
 // Order (Hugging Face's default logits processors): repetition penalty ->
-// temperature -> top-k -> top-p -> min-p -> draw. Candidates are ordered by
+// temperature -> top-k -> top-p -> min-p -> draw. Candidates are ranked by
 // (logit descending, id ascending), a strict total order, so that every
-// choice at a tie is deterministic and greedy, top-k = 1 and top-p -> 0 all
-// pick the same token. Cost per draw: O(vocab) expected (quickselect for
-// top-k and top-p, no sort); no allocation (scratch sized at creation).
+// choice at a tie is deterministic and greedy and top-k = 1 pick the same
+// token. Cost per draw: O(vocab) expected (quickselect for top-k and top-p,
+// no sort); no allocation (scratch sized at creation).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,8 @@ struct mf_sampler {
     mf_sampler_params p;
     int64_t vocab;
     mf_rng rng;
-    float *work;   // (vocab) logits after the penalty; then the candidates' scaled logits / weights
+    float *work;   // (vocab) logits after the penalty
+    float *w;      // (vocab) weights exp((logit - max) / T) of the candidates
     int32_t *idx;  // (vocab) candidate ids, best first after each selection
     uint8_t *seen; // (vocab) ids penalised in the current call; all 0 between calls
 };
@@ -81,10 +82,11 @@ mf_status mf_sampler_create(const mf_sampler_params *p, int64_t vocab, mf_sample
     mf_sampler *s = mf_calloc(1, sizeof *s);
     if (s) {
         s->work = mf_malloc((size_t)vocab * sizeof *s->work);
+        s->w = mf_malloc((size_t)vocab * sizeof *s->w);
         s->idx = mf_malloc((size_t)vocab * sizeof *s->idx);
         s->seen = mf_calloc((size_t)vocab, 1);
     }
-    if (!s || !s->work || !s->idx || !s->seen) {
+    if (!s || !s->work || !s->w || !s->idx || !s->seen) {
         mf_sampler_free(s);
         return mf_fail(MF_ERR_OOM, "sampler_create: out of memory for a vocab of %lld", (long long)vocab);
     }
@@ -98,6 +100,7 @@ mf_status mf_sampler_create(const mf_sampler_params *p, int64_t vocab, mf_sample
 void mf_sampler_free(mf_sampler *s) {
     if (!s) return;
     free(s->work);
+    free(s->w);
     free(s->idx);
     free(s->seen);
     free(s);
@@ -142,15 +145,35 @@ static int64_t partition(int32_t *idx, int64_t lo, int64_t hi, const float *key)
     return store;
 }
 
-// Rearranges idx[0, m) so that idx[0, k) are its k best (in no particular order).
-static void select_top(int32_t *idx, int64_t m, int64_t k, const float *key) {
-    int64_t lo = 0, hi = m;
-    while (hi - lo > 1) {
-        int64_t mid = partition(idx, lo, hi, key);
-        if (mid == k || mid + 1 == k) return;
-        if (mid > k) hi = mid;
-        else lo = mid + 1;
+// A heap over h[0, n) with the worst (under `better`) at the root.
+static void sift_down(int32_t *h, int64_t n, int64_t i, const float *key) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, worst = i;
+        if (l < n && better(key, h[worst], h[l])) worst = l;
+        if (r < n && better(key, h[worst], h[r])) worst = r;
+        if (worst == i) return;
+        swap_i32(&h[i], &h[worst]);
+        i = worst;
     }
+}
+
+// The k best ids with a finite key into h[0, return value) (fewer when fewer
+// are finite), in no particular order: one pass with a k-heap, O(V log k)
+// worst case, about one comparison per id in practice.
+static int64_t top_k_ids(const float *key, int64_t V, int64_t k, int32_t *h) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i++) {
+        if (!(key[i] > -INFINITY)) continue;
+        if (n < k) {
+            h[n++] = (int32_t)i;
+            if (n == k)
+                for (int64_t j = k / 2 - 1; j >= 0; j--) sift_down(h, k, j, key);
+        } else if (key[i] > key[h[0]]) { // ids rise: an equal key loses the tie
+            h[0] = (int32_t)i;
+            sift_down(h, k, 0, key);
+        }
+    }
+    return n;
 }
 
 // Top-p: rearranges idx[0, m) and returns the length of the shortest prefix,
@@ -233,54 +256,104 @@ mf_status mf_sampler_sample_rng(mf_sampler *s, mf_rng *rng, const float *logits,
         return MF_OK;
     }
 
-    // Candidates: the ids with a finite logit, scaled by the temperature (max 0).
-    int32_t *idx = s->idx;
-    int64_t m = 0;
     const float inv_t = 1.0f / p->temperature;
-    for (int64_t i = 0; i < V; i++)
-        if (x[i] > -INFINITY) {
-            x[i] = x[i] == xmax ? 0.0f : (x[i] - xmax) * inv_t; // no 0 * inf for a tiny temperature
-            idx[m++] = (int32_t)i;
-        }
-
-    if (p->top_k > 0 && p->top_k < m) {
-        select_top(idx, m, p->top_k, x);
-        m = p->top_k;
+    if (isinf(inv_t)) { // so cold that only the argmax is left
+        *out_id = best;
+        return MF_OK;
     }
 
-    // Weights exp(scaled logit): the best candidate has weight 1 exactly, so the
-    // probabilities are w / z, and w also ranks the candidates (ties that
-    // underflow to 0 cannot be drawn anyway).
+    // Weights w = exp((x - xmax) / T): the best has w = 1 exactly, so the
+    // probabilities are w / z and "p_i >= c * p_max" is "w_i >= c".
+    // The candidates are idx[0, m), or every id while `all` (no list built).
+    // Weights are computed only where needed: z (top-p's normaliser) needs
+    // every candidate's; without top-k and top-p, min-p's survivors suffice.
+    float *w = s->w;
+    int32_t *idx = s->idx;
+    int64_t m = 0;
+    bool all = true, min_p_done = false;
     double z = 0.0;
-    for (int64_t j = 0; j < m; j++) {
-        float w = expf(x[idx[j]]);
-        x[idx[j]] = w;
-        z += w;
+    const bool top_p = p->top_p > 0.0f && p->top_p < 1.0f;
+    if (p->top_k > 1) {
+        m = top_k_ids(x, V, p->top_k, idx); // the logits' order is the scaled logits' order
+        for (int64_t j = 0; j < m; j++) {
+            w[idx[j]] = expf((x[idx[j]] - xmax) * inv_t);
+            z += w[idx[j]];
+        }
+        all = false;
+    } else if (p->min_p > 0.0f && !top_p) {
+        // Min-p first in logit space (a bound a little looser than w >= min_p,
+        // which is then tested exactly), so that exp runs on survivors only.
+        const float lo = logf(p->min_p) - 1e-3f;
+        for (int64_t i = 0; i < V; i++) {
+            float sx = (x[i] - xmax) * inv_t;
+            if (sx >= lo) {
+                w[i] = expf(sx);
+                if (w[i] >= p->min_p) idx[m++] = (int32_t)i;
+            }
+        }
+        all = false;
+        min_p_done = true;
+    } else {
+        for (int64_t i = 0; i < V; i++) { // contiguous: -inf logits give 0
+            w[i] = expf((x[i] - xmax) * inv_t);
+            z += w[i];
+        }
     }
 
     // Min-p before top-p: both keep a prefix of the same ranking, so the result
-    // is the shorter prefix in either order; filtering the cheap one first
-    // shrinks top-p's work. Top-p's probabilities stay normalised over the
-    // top-k set (z), as when it runs first. Min-p: p_i < min_p * p_max, i.e.
-    // w_i < min_p.
-    if (p->min_p > 0.0f) {
+    // is the shorter prefix in either order (HF runs top-p first); the cheap
+    // filter first shrinks top-p's work. Top-p's probabilities stay normalised
+    // over the top-k set (z), as when it runs first.
+    if (p->min_p > 0.0f && !min_p_done) {
         int64_t kept = 0;
-        for (int64_t j = 0; j < m; j++)
-            if (x[idx[j]] >= p->min_p) idx[kept++] = idx[j];
+        if (all) {
+            for (int64_t i = 0; i < V; i++)
+                if (w[i] >= p->min_p) idx[kept++] = (int32_t)i;
+        } else {
+            for (int64_t j = 0; j < m; j++)
+                if (w[idx[j]] >= p->min_p) idx[kept++] = idx[j];
+        }
         m = kept; // >= 1: the best has w = 1
+        all = false;
     }
-    if (p->top_p > 0.0f && p->top_p < 1.0f) m = top_p_count(idx, m, x, (double)p->top_p * z);
+    if (top_p) {
+        const double target = (double)p->top_p * z;
+        if (all) {
+            // The ids with w >= 1e-3 rank before all others: when their mass
+            // reaches the target the top-p set lies among them (usually the
+            // case, and far fewer to select from); else take every id with w > 0.
+            double mass = 0.0;
+            for (int64_t i = 0; i < V; i++)
+                if (w[i] >= 1e-3f) {
+                    idx[m++] = (int32_t)i;
+                    mass += w[i];
+                }
+            if (mass < target) {
+                m = 0;
+                for (int64_t i = 0; i < V; i++)
+                    if (w[i] > 0.0f) idx[m++] = (int32_t)i;
+            }
+            all = false;
+        }
+        m = top_p_count(idx, m, w, target);
+    }
 
-    // Draw from the kept candidates in proportion to w.
+    // Draw in proportion to w.
     double total = 0.0;
-    for (int64_t j = 0; j < m; j++) total += x[idx[j]];
-    double u = mf_rng_uniform(rng) * total, acc = 0.0;
+    if (all) {
+        total = z;
+    } else {
+        for (int64_t j = 0; j < m; j++) total += w[idx[j]];
+    }
+    const double u = mf_rng_uniform(rng) * total;
+    double acc = 0.0;
     int32_t pick = best;
-    for (int64_t j = 0; j < m; j++) {
-        float w = x[idx[j]];
-        if (w <= 0.0f) continue;
-        acc += w;
-        pick = idx[j];
+    const int64_t n = all ? V : m;
+    for (int64_t j = 0; j < n; j++) {
+        int32_t id = all ? (int32_t)j : idx[j];
+        if (w[id] <= 0.0f) continue;
+        acc += w[id];
+        pick = id; // rounding: the last with w > 0 when u is not reached
         if (u < acc) break;
     }
     *out_id = pick;

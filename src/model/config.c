@@ -39,12 +39,12 @@ const char *mf_arch_name(mf_arch a) {
     return "?";
 }
 
-const char *mf_act_name(mf_act a) {
+const char *mf_hidden_act_name(mf_hidden_act a) {
     switch (a) {
-    case MF_ACT_GELU_TANH: return "gelu_tanh";
-    case MF_ACT_GELU: return "gelu";
-    case MF_ACT_SILU: return "silu";
-    case MF_ACT_RELU: return "relu";
+    case MF_HIDDEN_ACT_GELU_TANH: return "gelu_tanh";
+    case MF_HIDDEN_ACT_GELU: return "gelu";
+    case MF_HIDDEN_ACT_SILU: return "silu";
+    case MF_HIDDEN_ACT_RELU: return "relu";
     }
     return "?";
 }
@@ -193,16 +193,16 @@ static mf_status parse_arch(const ctx *c, mf_model_config *m) {
                    c->fn, mt);
 }
 
-static mf_status parse_act(const ctx *c, const char *const *names, const char *def, mf_act *out) {
+static mf_status parse_act(const ctx *c, const char *const *names, const char *def, mf_hidden_act *out) {
     const char *a = NULL;
     MF_TRY(get_str(c, names, def, &a));
     static const struct {
         const char *name;
-        mf_act act;
+        mf_hidden_act act;
     } acts[] = {
-        {"gelu_new", MF_ACT_GELU_TANH}, {"gelu_pytorch_tanh", MF_ACT_GELU_TANH}, {"gelu_fast", MF_ACT_GELU_TANH},
-        {"gelu", MF_ACT_GELU},          {"silu", MF_ACT_SILU},                   {"swish", MF_ACT_SILU},
-        {"relu", MF_ACT_RELU},
+        {"gelu_new", MF_HIDDEN_ACT_GELU_TANH}, {"gelu_pytorch_tanh", MF_HIDDEN_ACT_GELU_TANH}, {"gelu_fast", MF_HIDDEN_ACT_GELU_TANH},
+        {"gelu", MF_HIDDEN_ACT_GELU},          {"silu", MF_HIDDEN_ACT_SILU},                   {"swish", MF_HIDDEN_ACT_SILU},
+        {"relu", MF_HIDDEN_ACT_RELU},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         if (strcmp(a, acts[i].name) == 0) {
@@ -216,13 +216,10 @@ static mf_status parse_act(const ctx *c, const char *const *names, const char *d
                    c->fn, a);
 }
 
-static mf_status parse_rope_scaling(const ctx *c, mf_rope_scaling *rs) {
-    memset(rs, 0, sizeof *rs);
-    const char *w;
-    const cJSON *o = field(c, NAMES("rope_scaling"), &w);
-    if (!o) return MF_OK;
-    if (!cJSON_IsObject(o)) return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'rope_scaling' is not an object", c->fn);
-    ctx sc = {o, c->fn, "rope_scaling."};
+// The scaling described by object sc (rope_scaling, or transformers 5's
+// rope_parameters, whose "default" type means none).
+static mf_status parse_rope_scaling_obj(const ctx *c, const ctx *scp, mf_rope_scaling *rs) {
+    const ctx sc = *scp;
     const char *type = NULL;
     MF_TRY(get_str(&sc, NAMES("rope_type", "type"), NULL, &type));
     if (!type) return missing(&sc, NAMES("rope_type", "type"));
@@ -239,12 +236,31 @@ static mf_status parse_rope_scaling(const ctx *c, mf_rope_scaling *rs) {
         MF_TRY(get_int(&sc, NAMES("original_max_position_embeddings"), true, 0, 1, SIZE_MAX32,
                        &rs->original_max_pos));
         if (!(rs->high_freq_factor > rs->low_freq_factor))
-            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": rope_scaling.high_freq_factor %g must exceed low_freq_factor %g",
-                           c->fn, rs->high_freq_factor, rs->low_freq_factor);
+            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": %shigh_freq_factor %g must exceed low_freq_factor %g", c->fn,
+                           sc.prefix, rs->high_freq_factor, rs->low_freq_factor);
         return MF_OK;
     }
-    return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": rope_scaling type '%.64s' unsupported (supported: linear, llama3)",
-                   c->fn, type);
+    return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": %srope_type '%.64s' unsupported (supported: linear, llama3)",
+                   c->fn, sc.prefix, type);
+}
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5, which
+// also moves rope_theta there). *theta keeps its value unless given.
+static mf_status parse_rope(const ctx *c, double *theta, mf_rope_scaling *rs) {
+    memset(rs, 0, sizeof *rs);
+    const char *w;
+    const cJSON *o = field(c, NAMES("rope_scaling"), &w);
+    if (o) {
+        if (!cJSON_IsObject(o)) return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'rope_scaling' is not an object", c->fn);
+        ctx sc = {o, c->fn, "rope_scaling."};
+        return parse_rope_scaling_obj(c, &sc, rs);
+    }
+    o = field(c, NAMES("rope_parameters"), &w);
+    if (!o) return MF_OK;
+    if (!cJSON_IsObject(o)) return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'rope_parameters' is not an object", c->fn);
+    ctx sc = {o, c->fn, "rope_parameters."};
+    MF_TRY(get_pos(&sc, NAMES("rope_theta"), false, *theta, theta));
+    return parse_rope_scaling_obj(c, &sc, rs);
 }
 
 static mf_status parse_token_ids(const ctx *c, mf_model_config *m, int32_t def_bos, int32_t def_eos) {
@@ -353,7 +369,7 @@ static mf_status parse_llama_family(const ctx *c, mf_model_config *m) {
     MF_TRY(get_pos(c, NAMES("rms_norm_eps"), false, a == MF_ARCH_MIXTRAL ? 1e-5 : 1e-6, &m->norm_eps));
     MF_TRY(parse_act(c, NAMES("hidden_act"), "silu", &m->act));
     MF_TRY(get_pos(c, NAMES("rope_theta"), false, a == MF_ARCH_MIXTRAL ? 1e6 : 1e4, &m->rope_theta));
-    MF_TRY(parse_rope_scaling(c, &m->rope_scaling));
+    MF_TRY(parse_rope(c, &m->rope_theta, &m->rope_scaling));
     MF_TRY(get_bool(c, "tie_word_embeddings", false, &m->tie_word_embeddings));
     m->norm = MF_NORM_RMSNORM;
     m->learned_pos = false;
@@ -516,7 +532,7 @@ const char *mf_model_config_describe(const mf_model_config *c, char *buf, size_t
                                 (long long)c->n_heads, (long long)c->n_kv_heads, (long long)c->head_dim,
                                 (long long)c->ffn, (long long)c->vocab_size, (long long)c->max_pos,
                                 c->norm == MF_NORM_LAYERNORM ? "layernorm" : "rmsnorm", c->norm_eps,
-                                mf_act_name(c->act));
+                                mf_hidden_act_name(c->act));
     if (k < n && !c->learned_pos) {
         k += (size_t)snprintf(buf + k, n - k, ", rope theta %g", c->rope_theta);
         if (k < n && c->rope_scaling.type == MF_ROPE_SCALING_LINEAR)

@@ -29,11 +29,11 @@ typedef enum {
 } mf_arch;
 
 typedef enum {
-    MF_ACT_GELU_TANH = 0, // gelu_new, gelu_pytorch_tanh, gelu_fast: 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
-    MF_ACT_GELU = 1,      // gelu: exact, 0.5x(1+erf(x/√2))
-    MF_ACT_SILU = 2,      // silu / swish: x·sigmoid(x)
-    MF_ACT_RELU = 3,
-} mf_act;
+    MF_HIDDEN_ACT_GELU_TANH = 0, // gelu_new, gelu_pytorch_tanh, gelu_fast: 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
+    MF_HIDDEN_ACT_GELU = 1,      // gelu: exact, 0.5x(1+erf(x/√2))
+    MF_HIDDEN_ACT_SILU = 2,      // silu / swish: x·sigmoid(x)
+    MF_HIDDEN_ACT_RELU = 3,
+} mf_hidden_act;
 
 typedef enum {
     MF_NORM_LAYERNORM = 0, // (x-mean)/sqrt(var+eps)·w + b   (GPT-2)
@@ -81,7 +81,7 @@ typedef struct {
     double norm_eps;          // layer_norm_epsilon / rms_norm_eps, > 0
     bool learned_pos;         // GPT-2: learned position embeddings (wpe); else RoPE
     bool gated_mlp;           // down(act(gate(x)) * up(x)) (SwiGLU); else proj(act(fc(x)))
-    mf_act act;               // activation_function / hidden_act
+    mf_hidden_act act;               // activation_function / hidden_act
     bool qkv_bias;            // q/k/v projections have biases (GPT-2, Qwen2, Llama attention_bias)
     bool o_bias;              // output projection has a bias (GPT-2, Llama attention_bias)
     bool mlp_bias;            // MLP projections have biases (GPT-2, Llama mlp_bias)
@@ -120,7 +120,7 @@ mf_status mf_model_config_load(const char *path, mf_model_config *out);
 // "gpt2", "llama", "mistral", "mixtral", "qwen2_moe".
 const char *mf_arch_name(mf_arch a);
 // "gelu_tanh", "gelu", "silu", "relu".
-const char *mf_act_name(mf_act a);
+const char *mf_hidden_act_name(mf_hidden_act a);
 // One line: "llama: 32 layers, hidden 4096, heads 32 (kv 8, head_dim 128), ffn 14336, ..."
 // into buf (truncated to n); returns buf.
 const char *mf_model_config_describe(const mf_model_config *c, char *buf, size_t n);

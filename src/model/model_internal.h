@@ -3,9 +3,8 @@
 // The spec is the one place where an architecture becomes numbers and flags:
 // mf_model_load derives it from config.json (model.c), mf_model_synthetic
 // from a preset (synthetic.c); the forward pass (forward.c) reads nothing
-// else. It deliberately does not include config.h: that header's mf_act enum
-// and ops.h's mf_act_kind share enumerator names, so no file may include
-// both (model.c includes config.h, forward.c ops.h).
+// else; it does not depend on config.h (HF's names stay in model.c) nor on
+// ops.h (which op implements a flag is forward.c's business).
 #ifndef MF_MODEL_INTERNAL_H
 #define MF_MODEL_INTERNAL_H
 
@@ -82,8 +81,9 @@ int64_t mf_dec_spec_params(const mf_dec_spec *s);
 // with linear or llama3 scaling applied.
 void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out);
 
-// Fills m->n_params etc. once spec and weights are in place; frees on failure.
-void mf_model_destroy(mf_model *m);
+// A zeroed model on be with the dtype opts ask for (CPU: always f32);
+// validates opts. `fn` names the caller in messages.
+mf_status mf_model_alloc(mf_backend *be, const mf_model_opts *opts, const char *fn, mf_model **out);
 
 #ifdef __cplusplus
 }

@@ -26,8 +26,6 @@
 extern "C" {
 #endif
 
-typedef struct mf_dec_spec mf_dec_spec_fwd; // (see model_internal.h)
-
 typedef struct {
     mf_tensor w;    // (in, out) GEMM b operand
     mf_tensor bias; // (out); bias.data == NULL: none

@@ -1,0 +1,264 @@
+// The decoder's forward pass: one implementation configured by mf_dec_spec
+// for GPT-2 (LayerNorm, learned positions, tanh GELU, biases) and Llama
+// (RMSNorm, RoPE, SwiGLU, GQA), pre-norm or post-norm.
+//
+// Pre-norm, with the residual add fused into the next norm:
+//   h = embed(ids) [+ pos];  n = norm1_0(h)
+//   per layer l:  a = attention(n);  h += a, n = norm2_l(h)
+//                 a = mlp(n);        h += a, n = norm1_{l+1}(h)  (after the last layer: the final norm)
+// Post-norm:  h = norm1_l(h + attention(h));  h = norm2_l(h + mlp(h))
+//
+// The two blocks are small functions (attention_block, mlp_block) so that a
+// mixture-of-experts MLP or another attention op replaces one call; the
+// attention over the cache itself is s->attention (attention_classic.c).
+#include <string.h>
+
+#include "core/error.h"
+#include "model/session.h"
+
+// ---- views ------------------------------------------------------------------------------
+
+// Rows [r0, r0 + n) of a 2-D tensor.
+static mf_tensor rows_of(const mf_tensor *t, int64_t r0, int64_t n) {
+    mf_tensor v = *t;
+    v.data = (char *)t->data + r0 * t->stride[0] * (int64_t)mf_dtype_size(t->dtype);
+    v.shape[0] = n;
+    return v;
+}
+
+// Columns [c0, c0 + w) of rows [r0, r0 + n) of a row-major 2-D tensor.
+static mf_tensor block_of(const mf_tensor *t, int64_t r0, int64_t n, int64_t c0, int64_t w) {
+    mf_tensor v = rows_of(t, r0, n);
+    v.data = (char *)v.data + c0 * (int64_t)mf_dtype_size(t->dtype);
+    v.shape[1] = w;
+    return v;
+}
+
+// Columns [c0, c0 + heads * D) of rows [r0, r0 + n) as (n, heads, D).
+static mf_tensor heads_of(const mf_tensor *t, int64_t r0, int64_t n, int64_t c0, int64_t heads, int64_t D) {
+    mf_tensor v = block_of(t, r0, n, c0, heads * D);
+    v.ndim = 3;
+    v.shape[1] = heads, v.shape[2] = D;
+    v.stride[1] = D, v.stride[2] = 1;
+    return v;
+}
+
+static const mf_tensor *opt(const mf_tensor *t) { return t->data ? t : NULL; }
+
+// ---- profiled ops -------------------------------------------------------------------------
+
+mf_status mf_fw_gemm(mf_session *s, const char *what, const mf_gemm_args *a) {
+    mf_prof_begin(s, "gemm", what);
+    mf_status st = mf_gemm(s->be, a);
+    mf_prof_end(s, "gemm", what);
+    return st;
+}
+
+mf_status mf_fw_softmax(mf_session *s, const char *what, const mf_softmax_args *a) {
+    mf_prof_begin(s, "softmax", what);
+    mf_status st = mf_softmax(s->be, a);
+    mf_prof_end(s, "softmax", what);
+    return st;
+}
+
+mf_status mf_fw_copy(mf_session *s, const char *what, const mf_copy_args *a) {
+    mf_prof_begin(s, "copy", what);
+    mf_status st = mf_copy(s->be, a);
+    mf_prof_end(s, "copy", what);
+    return st;
+}
+
+static mf_status fw_norm(mf_session *s, const char *what, const mf_norm_args *a) {
+    mf_prof_begin(s, "add_norm", what);
+    mf_status st = mf_add_norm(s->be, a);
+    mf_prof_end(s, "add_norm", what);
+    return st;
+}
+
+static mf_status fw_embed(mf_session *s, const char *what, const mf_embed_args *a) {
+    mf_prof_begin(s, "embed", what);
+    mf_status st = mf_embed(s->be, a);
+    mf_prof_end(s, "embed", what);
+    return st;
+}
+
+static mf_status fw_act(mf_session *s, const char *what, const mf_act_args *a) {
+    mf_prof_begin(s, "act", what);
+    mf_status st = mf_act(s->be, a);
+    mf_prof_end(s, "act", what);
+    return st;
+}
+
+static mf_status fw_rope(mf_session *s, const char *what, const mf_rope_args *a) {
+    mf_prof_begin(s, "rope", what);
+    mf_status st = mf_rope(s->be, a);
+    mf_prof_end(s, "rope", what);
+    return st;
+}
+
+static mf_status fw_add(mf_session *s, const char *what, const mf_add_args *a) {
+    mf_prof_begin(s, "add", what);
+    mf_status st = mf_add(s->be, a);
+    mf_prof_end(s, "add", what);
+    return st;
+}
+
+// y = x @ lin (+ bias) (epilogue ep); lin[0 .. n) write side by side into y's columns.
+static mf_status linear(mf_session *s, const char *what, const mf_tensor *x, const mf_linear *lin, int32_t n,
+                        const mf_tensor *y, mf_epilogue ep) {
+    int64_t c0 = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t w = lin[i].w.shape[1];
+        mf_gemm_args g = {.a = *x, .b = lin[i].w, .c = block_of(y, 0, y->shape[0], c0, w), .bias = opt(&lin[i].bias),
+                          .alpha = 1.0f, .beta = 0.0f, .epilogue = ep};
+        MF_TRY(mf_fw_gemm(s, what, &g));
+        c0 += w;
+    }
+    return MF_OK;
+}
+
+static mf_status norm(mf_session *s, const char *what, const mf_tensor *x, const mf_tensor *residual,
+                      const mf_tensor *sum_out, const mf_tensor *y, const mf_tensor *w, const mf_tensor *b) {
+    const mf_dec_spec *sp = &s->m->spec;
+    mf_norm_args a = {.x = *x, .residual = residual, .sum_out = sum_out, .y = *y, .weight = *w, .bias = opt(b),
+                      .kind = sp->layernorm ? MF_NORM_LAYER : MF_NORM_RMS, .eps = sp->norm_eps};
+    return fw_norm(s, what, &a);
+}
+
+// ---- blocks ---------------------------------------------------------------------------------
+
+// out (T, hidden) = o_proj(attention(q, k, v of x)), writing the new keys and
+// values of every segment into its slot of the cache first.
+static mf_status attention_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out,
+                                 const mf_fwd_seg *segs, int32_t n_segs, int64_t T) {
+    const mf_dec_spec *sp = &s->m->spec;
+    const mf_layer_weights *L = &s->m->w.layers[l];
+    const int64_t H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
+    const mf_tensor qkv = rows_of(&s->qkv, 0, T);
+    MF_TRY(linear(s, "qkv", x, L->qkv, L->n_qkv, &qkv, MF_EPILOGUE_NONE));
+    if (!sp->learned_pos) {
+        const mf_tensor k = heads_of(&qkv, 0, T, H * D, G, D);
+        mf_rope_args r = {.q = heads_of(&qkv, 0, T, 0, H, D), .k = &k, .pos = rows_of(&s->pos, 0, T),
+                          .inv_freq = s->m->w.inv_freq};
+        MF_TRY(fw_rope(s, "qk", &r));
+    }
+    for (int32_t i = 0; i < n_segs; i++) {
+        const mf_fwd_seg *g = &segs[i];
+        const mf_tensor k = heads_of(&qkv, g->row0, g->n, H * D, G, D);
+        const mf_tensor v = heads_of(&qkv, g->row0, g->n, (H + G) * D, G, D);
+        mf_prof_begin(s, "copy", "kv_write");
+        mf_status st = mf_kv_cache_write(&s->kv, l, g->slot, g->pos0, &k, &v);
+        mf_prof_end(s, "copy", "kv_write");
+        MF_TRY(st);
+        MF_TRY(s->attention(s, l, g));
+    }
+    const mf_tensor ctx = rows_of(&s->ctx, 0, T);
+    return linear(s, "o", &ctx, &L->o, 1, out, MF_EPILOGUE_NONE);
+}
+
+static mf_act_kind act_kind(mf_dec_act a) {
+    switch (a) {
+    case MF_DEC_ACT_SILU: return MF_ACT_SILU;
+    case MF_DEC_ACT_GELU_TANH: return MF_ACT_GELU_TANH;
+    case MF_DEC_ACT_GELU_ERF: return MF_ACT_GELU_ERF;
+    }
+    return MF_ACT_SILU;
+}
+
+// out (T, hidden) = the MLP of x: down(act(gate(x)) * up(x)) or proj(act(fc(x))).
+static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out, int64_t T) {
+    const mf_dec_spec *sp = &s->m->spec;
+    const mf_layer_weights *L = &s->m->w.layers[l];
+    const int64_t F = sp->ffn;
+    const mf_tensor ff = rows_of(&s->ff, 0, T);
+    if (sp->gated_mlp) {
+        MF_TRY(linear(s, "gate_up", x, L->up, L->n_up, &ff, MF_EPILOGUE_NONE));
+        const mf_tensor gate = block_of(&ff, 0, T, 0, F), up = block_of(&ff, 0, T, F, F);
+        mf_act_args a = {.x = gate, .up = &up, .y = gate, .kind = act_kind(sp->act)};
+        MF_TRY(fw_act(s, "gated", &a));
+        return linear(s, "down", &gate, &L->down, 1, out, MF_EPILOGUE_NONE);
+    }
+    // GPT-2's gelu_new is the GEMM's epilogue; other activations are one more pass.
+    const bool fused = sp->act == MF_DEC_ACT_GELU_TANH;
+    MF_TRY(linear(s, "up", x, L->up, L->n_up, &ff, fused ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE));
+    if (!fused) {
+        mf_act_args a = {.x = ff, .up = NULL, .y = ff, .kind = act_kind(sp->act)};
+        MF_TRY(fw_act(s, "act", &a));
+    }
+    return linear(s, "down", &ff, &L->down, 1, out, MF_EPILOGUE_NONE);
+}
+
+// ---- the step --------------------------------------------------------------------------------
+
+mf_status mf_forward_step(mf_session *s, const mf_fwd_seg *segs, int32_t n_segs, int64_t T, mf_tensor *out) {
+    const mf_dec_spec *sp = &s->m->spec;
+    const mf_weights *w = &s->m->w;
+    const mf_tensor h = rows_of(&s->h, 0, T), n = rows_of(&s->n, 0, T), a = rows_of(&s->a, 0, T);
+    const mf_tensor ids = rows_of(&s->ids, 0, T), pos = rows_of(&s->pos, 0, T);
+
+    mf_embed_args e = {.ids = ids, .table = w->tok_emb, .y = h};
+    MF_TRY(fw_embed(s, "tokens", &e));
+    if (sp->learned_pos) { // position rows into a, added by the first norm (or an add)
+        mf_embed_args ep = {.ids = pos, .table = w->pos_emb, .y = a};
+        MF_TRY(fw_embed(s, "positions", &ep));
+    }
+    const int32_t nl = sp->n_layers;
+    if (!sp->post_norm) {
+        MF_TRY(norm(s, "attn_norm", &h, sp->learned_pos ? &a : NULL, sp->learned_pos ? &h : NULL, &n,
+                    &w->layers[0].norm1_w, &w->layers[0].norm1_b));
+        for (int32_t l = 0; l < nl; l++) {
+            const mf_layer_weights *L = &w->layers[l];
+            MF_TRY(attention_block(s, l, &n, &a, segs, n_segs, T));
+            MF_TRY(norm(s, "mlp_norm", &a, &h, &h, &n, &L->norm2_w, &L->norm2_b));
+            MF_TRY(mlp_block(s, l, &n, &a, T));
+            const bool last = l + 1 == nl;
+            MF_TRY(norm(s, last ? "final_norm" : "attn_norm", &a, &h, &h, &n,
+                        last ? &w->final_w : &w->layers[l + 1].norm1_w, last ? &w->final_b : &w->layers[l + 1].norm1_b));
+        }
+        *out = n;
+        return MF_OK;
+    }
+    if (sp->learned_pos) {
+        mf_add_args ad = {.a = h, .b = &a, .y = h, .alpha = 1.0f, .beta = 1.0f};
+        MF_TRY(fw_add(s, "positions", &ad));
+    }
+    for (int32_t l = 0; l < nl; l++) {
+        const mf_layer_weights *L = &w->layers[l];
+        MF_TRY(attention_block(s, l, &h, &a, segs, n_segs, T));
+        MF_TRY(norm(s, "attn_norm", &a, &h, NULL, &h, &L->norm1_w, &L->norm1_b));
+        MF_TRY(mlp_block(s, l, &h, &a, T));
+        MF_TRY(norm(s, "mlp_norm", &a, &h, NULL, &h, &L->norm2_w, &L->norm2_b));
+    }
+    if (sp->final_norm) {
+        MF_TRY(norm(s, "final_norm", &h, NULL, NULL, &n, &w->final_w, &w->final_b));
+        *out = n;
+    } else {
+        *out = h;
+    }
+    return MF_OK;
+}
+
+mf_status mf_forward_gather(mf_session *s, const mf_tensor *x, int64_t k, mf_tensor *out) {
+    mf_embed_args e = {.ids = rows_of(&s->rows, 0, k), .table = *x, .y = rows_of(&s->gathered, 0, k)};
+    MF_TRY(fw_embed(s, "gather_last", &e));
+    *out = e.y;
+    return MF_OK;
+}
+
+mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {
+    const mf_weights *w = &s->m->w;
+    const int64_t k = x->shape[0], vocab = s->m->spec.vocab;
+    for (int64_t r0 = 0; r0 < k; r0 += s->logit_rows) {
+        const int64_t nb = k - r0 < s->logit_rows ? k - r0 : s->logit_rows;
+        const mf_tensor lg = rows_of(&s->logits, 0, nb);
+        mf_gemm_args g = {.a = rows_of(x, r0, nb), .b = w->lm_head.w, .c = lg, .bias = opt(&w->lm_head.bias),
+                          .alpha = 1.0f, .beta = 0.0f};
+        MF_TRY(mf_fw_gemm(s, "lm_head", &g));
+        mf_prof_begin(s, "d2h", "logits");
+        mf_status st = mf_backend_copy(s->be, out + r0 * vocab, lg.data, (size_t)(nb * vocab) * sizeof(float),
+                                       MF_COPY_D2H);
+        mf_prof_end(s, "d2h", "logits");
+        MF_TRY(st);
+    }
+    return MF_OK;
+}

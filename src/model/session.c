@@ -1,0 +1,335 @@
+// Sessions: slots with a KV cache, scratch carved once, and mf_session_forward
+// (argument checks, splitting into steps, the LM head for the rows asked for).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "model/session.h"
+
+enum {
+    kMaxStepTokens = 8192,  // token rows per step: bounds the activations (longer inputs are split)
+    kMaxLogitRows = 64,     // LM-head rows per GEMM in MF_LOGITS_ALL mode (bounds the f32 logits buffer)
+    kMaxBatch = 1 << 16,
+};
+static const int64_t kScoresBudget = (int64_t)256 << 20; // bytes of S (+ P) per attention block
+
+typedef struct {
+    int64_t T, q_block, n_rows, logit_rows;
+} mf_session_dims;
+
+static void session_dims(const mf_model *m, int32_t B, int64_t S, mf_session_dims *d) {
+    const int64_t bs = (int64_t)B * S;
+    d->T = bs < kMaxStepTokens ? bs : kMaxStepTokens;
+    const int64_t probs_es = m->dtype == MF_DTYPE_F32 ? 0 : (int64_t)mf_dtype_size(m->dtype);
+    const int64_t per_row = (int64_t)m->spec.n_heads * S * (4 + probs_es);
+    int64_t qb = kScoresBudget / per_row;
+    const int64_t qmax = d->T < S ? d->T : S;
+    d->q_block = qb < 1 ? 1 : qb > qmax ? qmax : qb;
+    d->n_rows = B < d->T ? B : d->T;
+    d->logit_rows = d->T < kMaxLogitRows ? d->T : kMaxLogitRows;
+    if (d->logit_rows < d->n_rows) d->logit_rows = d->n_rows;
+}
+
+// Carves s's scratch tensors from arena a, or (a NULL) only adds up their
+// bytes: one list for both, so that the plan and the arena always agree.
+typedef struct {
+    mf_arena *a;
+    int64_t bytes;
+} carver;
+
+static mf_status take(carver *c, mf_tensor *t, mf_dtype dt, int64_t rows, int64_t cols) {
+    const int64_t shape[2] = {rows, cols};
+    if (!c->a) {
+        c->bytes += (rows * (cols ? cols : 1) * (int64_t)mf_dtype_size(dt) + 255) / 256 * 256;
+        return MF_OK;
+    }
+    return mf_arena_tensor(c->a, dt, cols ? 2 : 1, shape, t);
+}
+
+static mf_status carve(mf_session *s, const mf_model *m, const mf_session_dims *d, carver *c) {
+    const mf_dec_spec *sp = &m->spec;
+    const mf_dtype dt = m->dtype;
+    const int64_t T = d->T, H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
+    const int64_t S = s->max_seq;
+    const int64_t ff = sp->gated_mlp ? 2 * (int64_t)sp->ffn : sp->ffn;
+    MF_TRY(take(c, &s->h, dt, T, sp->hidden));
+    MF_TRY(take(c, &s->n, dt, T, sp->hidden));
+    MF_TRY(take(c, &s->a, dt, T, sp->hidden));
+    MF_TRY(take(c, &s->qkv, dt, T, (H + 2 * G) * D));
+    MF_TRY(take(c, &s->ctx, dt, T, H * D));
+    MF_TRY(take(c, &s->ff, dt, T, ff));
+    MF_TRY(take(c, &s->q_hm, dt, H * d->q_block * D, 0));
+    MF_TRY(take(c, &s->scores, MF_DTYPE_F32, H * d->q_block * S, 0));
+    if (dt == MF_DTYPE_F32)
+        s->probs = s->scores;
+    else
+        MF_TRY(take(c, &s->probs, dt, H * d->q_block * S, 0));
+    MF_TRY(take(c, &s->ctx_hm, dt, H * d->q_block * D, 0));
+    MF_TRY(take(c, &s->ids, MF_DTYPE_I32, T, 0));
+    MF_TRY(take(c, &s->pos, MF_DTYPE_I32, T, 0));
+    MF_TRY(take(c, &s->rows, MF_DTYPE_I32, d->n_rows, 0));
+    MF_TRY(take(c, &s->gathered, dt, d->n_rows, sp->hidden));
+    MF_TRY(take(c, &s->logits, MF_DTYPE_F32, d->logit_rows, sp->vocab));
+    return MF_OK;
+}
+
+static mf_status check_size(const char *fn, const mf_model *m, int32_t max_batch, int64_t max_seq) {
+    if (max_batch < 1 || max_batch > kMaxBatch)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: max_batch %d not in [1, %d]", fn, max_batch, kMaxBatch);
+    if (max_seq < 1 || max_seq > INT32_MAX)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: max_seq %lld not in [1, %d]", fn, (long long)max_seq, INT32_MAX);
+    const mf_dec_spec *sp = &m->spec;
+    if (sp->learned_pos && max_seq > sp->max_pos)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: max_seq %lld exceeds the model's %lld learned positions", fn,
+                       (long long)max_seq, (long long)sp->max_pos);
+    if (sp->sliding_window > 0 && max_seq > sp->sliding_window)
+        return mf_fail(MF_ERR_UNSUPPORTED,
+                       "%s: max_seq %lld exceeds the model's sliding window %lld (sliding-window attention is not "
+                       "implemented: use max_seq <= %lld)",
+                       fn, (long long)max_seq, (long long)sp->sliding_window, (long long)sp->sliding_window);
+    return MF_OK;
+}
+
+// Scratch bytes for a session of this size (arena capacity).
+static int64_t scratch_bytes(const mf_model *m, int32_t B, int64_t S) {
+    mf_session_dims d;
+    session_dims(m, B, S, &d);
+    mf_session tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.max_seq = S;
+    carver c = {0};
+    (void)carve(&tmp, m, &d, &c);
+    return c.bytes;
+}
+
+mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t max_seq, mf_session_plan *out) {
+    static const char fn[] = "session_plan_memory";
+    if (!m) return mf_fail(MF_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    MF_TRY(check_size(fn, m, max_batch, max_seq));
+    const mf_dec_spec *sp = &m->spec;
+    mf_session_dims d;
+    session_dims(m, max_batch, max_seq, &d);
+    out->kv_bytes = mf_kv_cache_bytes(sp->n_layers, max_batch, max_seq, sp->n_kv_heads, sp->head_dim, m->dtype);
+    out->scratch_bytes = scratch_bytes(m, max_batch, max_seq);
+    out->step_tokens = d.T;
+    return MF_OK;
+}
+
+mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out) {
+    static const char fn[] = "session_create";
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!m) return mf_fail(MF_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    MF_TRY(check_size(fn, m, max_batch, max_seq));
+    mf_session *s = mf_calloc(1, sizeof *s);
+    if (!s) return mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
+    const mf_dec_spec *sp = &m->spec;
+    mf_session_dims d;
+    session_dims(m, max_batch, max_seq, &d);
+    s->m = m;
+    s->be = m->be;
+    s->max_batch = max_batch;
+    s->max_seq = max_seq;
+    s->step_tokens = d.T;
+    s->q_block = d.q_block;
+    s->logit_rows = d.logit_rows;
+    s->attention = mf_attention_classic;
+
+    mf_status st = MF_OK;
+    s->len = mf_calloc((size_t)max_batch, sizeof *s->len);
+    s->seen = mf_calloc((size_t)max_batch, 1);
+    s->h_ids = mf_malloc((size_t)d.T * sizeof *s->h_ids);
+    s->h_pos = mf_malloc((size_t)d.T * sizeof *s->h_pos);
+    s->h_rows = mf_malloc((size_t)d.n_rows * sizeof *s->h_rows);
+    s->segs = mf_malloc((size_t)d.n_rows * sizeof *s->segs);
+    if (!s->len || !s->seen || !s->h_ids || !s->h_pos || !s->h_rows || !s->segs)
+        st = mf_fail(MF_ERR_OOM, "%s: out of host memory for %d slots", fn, max_batch);
+    if (st == MF_OK)
+        st = mf_kv_cache_init(&s->kv, s->be, m->dtype, sp->n_layers, max_batch, max_seq, sp->n_kv_heads, sp->head_dim);
+    if (st == MF_OK) {
+        const int64_t bytes = scratch_bytes(m, max_batch, max_seq);
+        st = mf_arena_init(s->be, (size_t)bytes, &s->arena);
+        if (st != MF_OK) {
+            char why[256]; // mf_fail writes the buffer mf_last_error() points to
+            snprintf(why, sizeof why, "%s", mf_last_error());
+            st = mf_fail(st, "%s: cannot allocate %.1f MB of scratch (max_batch %d, max_seq %lld): %s", fn,
+                         (double)bytes / 1e6, max_batch, (long long)max_seq, why);
+        }
+    }
+    if (st == MF_OK) {
+        carver c = {.a = s->arena};
+        st = carve(s, m, &d, &c);
+    }
+    if (st != MF_OK) {
+        mf_session_free(s);
+        return st;
+    }
+    *out = s;
+    return MF_OK;
+}
+
+void mf_session_free(mf_session *s) {
+    if (!s) return;
+    mf_kv_cache_free(&s->kv);
+    mf_arena_free(s->arena);
+    free(s->len);
+    free(s->seen);
+    free(s->h_ids);
+    free(s->h_pos);
+    free(s->h_rows);
+    free(s->segs);
+    free(s);
+}
+
+mf_status mf_session_reset(mf_session *s, int32_t seq) {
+    if (!s) return mf_fail(MF_ERR_INVALID_ARG, "session_reset: session is NULL");
+    if (seq < -1 || seq >= s->max_batch)
+        return mf_fail(MF_ERR_INVALID_ARG, "session_reset: slot %d not in [0, %d) (or -1 for all)", seq, s->max_batch);
+    if (seq == -1)
+        memset(s->len, 0, (size_t)s->max_batch * sizeof *s->len);
+    else
+        s->len[seq] = 0;
+    return MF_OK;
+}
+
+int64_t mf_session_seq_len(const mf_session *s, int32_t seq) {
+    if (!s) {
+        mf_fail(MF_ERR_INVALID_ARG, "session_seq_len: session is NULL");
+        return -1;
+    }
+    if (seq < 0 || seq >= s->max_batch) {
+        mf_fail(MF_ERR_INVALID_ARG, "session_seq_len: slot %d not in [0, %d)", seq, s->max_batch);
+        return -1;
+    }
+    return s->len[seq];
+}
+
+int64_t mf_session_bytes(const mf_session *s) {
+    if (!s) return 0;
+    return s->kv.bytes + (int64_t)mf_arena_peak(s->arena);
+}
+
+mf_model *mf_session_model(const mf_session *s) { return s ? s->m : NULL; }
+int32_t mf_session_max_batch(const mf_session *s) { return s ? s->max_batch : 0; }
+int64_t mf_session_max_seq(const mf_session *s) { return s ? s->max_seq : 0; }
+
+mf_status mf_session_set_profiler(mf_session *s, const mf_session_profiler *p) {
+    if (!s) return mf_fail(MF_ERR_INVALID_ARG, "session_set_profiler: session is NULL");
+    if (p && (!p->begin) != (!p->end))
+        return mf_fail(MF_ERR_INVALID_ARG, "session_set_profiler: give both begin and end (or neither)");
+    if (p && p->begin) {
+        s->prof = *p;
+        s->prof_on = true;
+    } else {
+        memset(&s->prof, 0, sizeof s->prof);
+        s->prof_on = false;
+    }
+    return MF_OK;
+}
+
+// Every argument, before anything runs (so that errors leave the caches as they were).
+static mf_status check_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                               const int64_t *offsets, mf_logits_mode mode) {
+    static const char fn[] = "session_forward";
+    if (!s) return mf_fail(MF_ERR_INVALID_ARG, "%s: session is NULL", fn);
+    if (n_seqs < 1 || n_seqs > s->max_batch)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: n_seqs %d not in [1, max_batch %d]", fn, n_seqs, s->max_batch);
+    if (!seq_ids || !tokens || !offsets)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %s is NULL", fn, !seq_ids ? "seq_ids" : !tokens ? "tokens" : "offsets");
+    if (mode != MF_LOGITS_LAST && mode != MF_LOGITS_ALL)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: invalid logits mode %d", fn, (int)mode);
+    if (offsets[0] != 0) return mf_fail(MF_ERR_INVALID_ARG, "%s: offsets[0] = %lld (want 0)", fn, (long long)offsets[0]);
+    mf_status st = MF_OK;
+    memset(s->seen, 0, (size_t)s->max_batch);
+    for (int32_t i = 0; i < n_seqs && st == MF_OK; i++) {
+        const int32_t slot = seq_ids[i];
+        const int64_t n = offsets[i + 1] - offsets[i];
+        if (slot < 0 || slot >= s->max_batch)
+            st = mf_fail(MF_ERR_INVALID_ARG, "%s: seq_ids[%d] = %d: slot out of range [0, %d)", fn, i, slot, s->max_batch);
+        else if (s->seen[slot])
+            st = mf_fail(MF_ERR_INVALID_ARG, "%s: slot %d given twice (seq_ids[%d])", fn, slot, i);
+        else if (n < 1)
+            st = mf_fail(MF_ERR_INVALID_ARG, "%s: sequence %d (slot %d) has no new tokens (offsets[%d] = %lld, offsets[%d] = %lld)",
+                         fn, i, slot, i, (long long)offsets[i], i + 1, (long long)offsets[i + 1]);
+        else if (n > s->max_seq - s->len[slot])
+            st = mf_fail(MF_ERR_INVALID_ARG,
+                         "%s: sequence %d (slot %d): %lld cached + %lld new tokens exceed max_seq %lld", fn, i, slot,
+                         (long long)s->len[slot], (long long)n, (long long)s->max_seq);
+        if (st == MF_OK) s->seen[slot] = 1;
+    }
+    if (st != MF_OK) return st;
+    const int64_t vocab = s->m->spec.vocab;
+    for (int32_t i = 0; i < n_seqs; i++)
+        for (int64_t j = offsets[i]; j < offsets[i + 1]; j++)
+            if (tokens[j] < 0 || tokens[j] >= vocab)
+                return mf_fail(MF_ERR_INVALID_ARG, "%s: token id %d at tokens[%lld] (sequence %d) is outside [0, vocab %lld)",
+                               fn, tokens[j], (long long)j, i, (long long)vocab);
+    return MF_OK;
+}
+
+// Rows the LM head needs in this step (MF_LOGITS_LAST): the last new token of
+// each sequence that ends here. Returns the count; *first: that first sequence.
+static int32_t last_rows(mf_session *s, int32_t n_segs, int32_t *first) {
+    int32_t k = 0;
+    *first = -1;
+    for (int32_t i = 0; i < n_segs; i++) {
+        const mf_fwd_seg *g = &s->segs[i];
+        if (!g->last) continue;
+        if (*first < 0) *first = g->seq;
+        s->h_rows[k++] = (int32_t)(g->row0 + g->n - 1);
+    }
+    return k;
+}
+
+mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                             const int64_t *offsets, mf_logits_mode mode, float *logits) {
+    MF_TRY(check_forward(s, n_seqs, seq_ids, tokens, offsets, mode));
+    const int64_t total = offsets[n_seqs], vocab = s->m->spec.vocab;
+    int32_t i0 = 0; // first sequence with tokens at or after c0
+    for (int64_t c0 = 0; c0 < total;) {
+        const int64_t c1 = total - c0 < s->step_tokens ? total : c0 + s->step_tokens, T = c1 - c0;
+        int32_t n_segs = 0;
+        for (int32_t i = i0; i < n_seqs && offsets[i] < c1; i++) {
+            const int64_t a = offsets[i] > c0 ? offsets[i] : c0, b = offsets[i + 1] < c1 ? offsets[i + 1] : c1;
+            if (b <= a) continue;
+            mf_fwd_seg *g = &s->segs[n_segs++];
+            g->seq = i, g->slot = seq_ids[i], g->row0 = a - c0, g->n = b - a;
+            g->pos0 = s->len[g->slot] + (a - offsets[i]);
+            g->last = b == offsets[i + 1];
+            for (int64_t r = a; r < b; r++) {
+                s->h_ids[r - c0] = tokens[r];
+                s->h_pos[r - c0] = (int32_t)(g->pos0 + (r - a));
+            }
+        }
+        mf_prof_begin(s, "h2d", "ids");
+        mf_status st = mf_backend_copy(s->be, s->ids.data, s->h_ids, (size_t)T * sizeof(int32_t), MF_COPY_H2D);
+        if (st == MF_OK) st = mf_backend_copy(s->be, s->pos.data, s->h_pos, (size_t)T * sizeof(int32_t), MF_COPY_H2D);
+        mf_prof_end(s, "h2d", "ids");
+        MF_TRY(st);
+        mf_tensor hid;
+        MF_TRY(mf_forward_step(s, s->segs, n_segs, T, &hid));
+        if (logits && mode == MF_LOGITS_ALL) {
+            MF_TRY(mf_forward_lm_head(s, &hid, logits + c0 * vocab));
+        } else if (logits) {
+            int32_t first;
+            const int32_t k = last_rows(s, n_segs, &first);
+            if (k > 0) {
+                mf_tensor x = hid;
+                bool all = k == T; // every row is a last one (decode): no gather
+                if (!all) {
+                    MF_TRY(mf_backend_copy(s->be, s->rows.data, s->h_rows, (size_t)k * sizeof(int32_t), MF_COPY_H2D));
+                    MF_TRY(mf_forward_gather(s, &hid, k, &x));
+                }
+                MF_TRY(mf_forward_lm_head(s, &x, logits + (int64_t)first * vocab));
+            }
+        }
+        while (i0 < n_seqs && offsets[i0 + 1] <= c1) i0++;
+        c0 = c1;
+    }
+    MF_TRY(mf_backend_sync(s->be));
+    for (int32_t i = 0; i < n_seqs; i++) s->len[seq_ids[i]] += offsets[i + 1] - offsets[i];
+    return MF_OK;
+}
