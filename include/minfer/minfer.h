@@ -8,6 +8,7 @@
 #include "minfer/ops.h"
 #include "minfer/tokenizer.h"
 #include "minfer/model.h"
+#include "minfer/generate.h"
 
 #define MF_VERSION_MAJOR 0
 #define MF_VERSION_MINOR 1

@@ -177,9 +177,10 @@ static int64_t top_k_ids(const float *key, int64_t V, int64_t k, int32_t *h) {
 }
 
 // Top-p: rearranges idx[0, m) and returns the length of the shortest prefix,
-// in rank order, whose weight reaches `target` (all m when rounding keeps the
-// total below it; at least 1). The prefix's members come first, in no particular order.
-// Expected O(m): each round keeps one side of a partition, like quickselect.
+// in rank order, whose weight reaches `target` (at least 1; all m when
+// rounding keeps the total below it). The prefix's members come first, in no
+// particular order. Expected O(m): each round keeps one side of a partition,
+// like quickselect.
 static int64_t top_p_count(int32_t *idx, int64_t m, const float *w, double target) {
     int64_t lo = 0, hi = m; // idx[0, lo) are kept, with weight acc < target; the answer ends in [lo, hi)
     double acc = 0.0;

@@ -268,6 +268,13 @@ struct mf_tokenizer {
 
 enum { TK_ID_ADDED = 1, TK_ID_SPECIAL = 2 };
 
+// mf_tokenizer_load from memory: a tokenizer.json image json[0..size) (need
+// not be NUL-terminated); `name` (may be NULL) names it in messages. Reads no
+// tokenizer_config.json: BOS comes from the post_processor only, EOS stays
+// unknown. Errors and *out as for mf_tokenizer_load. Internal: used by
+// mf_tokenizer_load and the fuzz targets.
+mf_status mf_tokenizer_load_buffer(const char *json, size_t size, const char *name, mf_tokenizer **out);
+
 // Precomputes bl_pool / bl_off / bl_len (decode.c).
 mf_status tk_dec_prepare(mf_tokenizer *tok);
 // Decodes ids into out (cleared first); ids must be valid.

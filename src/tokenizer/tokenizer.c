@@ -65,24 +65,30 @@ static mf_status read_file(const char *path, char **data, size_t *size) {
     return st;
 }
 
+// data[0..size) (need not be NUL-terminated) -> a JSON object; `name` names it in messages.
+static mf_status parse_json_buffer(const char *data, size_t size, const char *name, cJSON **out) {
+    *out = NULL;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(data, size, &end, false);
+    if (!root) {
+        long long at = end ? (long long)(end - data) : -1;
+        return mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\" is not valid JSON (error near byte %lld of %zu)", name, at, size);
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\": the top level is not a JSON object", name);
+    }
+    *out = root;
+    return MF_OK;
+}
+
 static mf_status parse_json_file(const char *path, cJSON **out) {
     char *data = NULL;
     size_t size = 0;
     *out = NULL;
     MF_TRY(read_file(path, &data, &size));
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(data, size, &end, false);
-    mf_status st = MF_OK;
-    if (!root) {
-        long long at = end ? (long long)(end - data) : -1;
-        st = mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\" is not valid JSON (error near byte %lld of %zu)", path, at, size);
-    } else if (!cJSON_IsObject(root)) {
-        st = mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\": the top level is not a JSON object", path);
-        cJSON_Delete(root);
-        root = NULL;
-    }
+    mf_status st = parse_json_buffer(data, size, path, out);
     free(data);
-    *out = root;
     return st;
 }
 
@@ -411,12 +417,13 @@ static mf_status load_root(mf_tokenizer *tok, const cJSON *root) {
     return MF_OK;
 }
 
-mf_status mf_tokenizer_load(const char *path, mf_tokenizer **out) {
-    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load: out is NULL");
+mf_status mf_tokenizer_load_buffer(const char *json, size_t size, const char *name, mf_tokenizer **out) {
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load_buffer: out is NULL");
     *out = NULL;
-    if (!path) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load: path is NULL");
+    if (!json && size > 0) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load_buffer: json is NULL with size %zu", size);
+    if (!name) name = "tokenizer.json";
     cJSON *root = NULL;
-    MF_TRY(parse_json_file(path, &root));
+    MF_TRY(parse_json_buffer(json ? json : "", size, name, &root));
     mf_tokenizer *tok = mf_calloc(1, sizeof *tok);
     if (!tok) {
         cJSON_Delete(root);
@@ -425,6 +432,24 @@ mf_status mf_tokenizer_load(const char *path, mf_tokenizer **out) {
     tok->bos_id = tok->eos_id = -1;
     mf_status st = load_root(tok, root);
     cJSON_Delete(root);
+    if (st != MF_OK) {
+        mf_tokenizer_free(tok);
+        return st;
+    }
+    *out = tok;
+    return MF_OK;
+}
+
+mf_status mf_tokenizer_load(const char *path, mf_tokenizer **out) {
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load: out is NULL");
+    *out = NULL;
+    if (!path) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load: path is NULL");
+    char *data = NULL;
+    size_t size = 0;
+    MF_TRY(read_file(path, &data, &size));
+    mf_tokenizer *tok = NULL;
+    mf_status st = mf_tokenizer_load_buffer(data, size, path, &tok);
+    free(data);
     if (st == MF_OK) st = load_config(tok, path);
     if (st != MF_OK) {
         mf_tokenizer_free(tok);
