@@ -8,6 +8,9 @@
 # crash reproducers go to $MF_FUZZ_OUT (default build-fuzz/fuzz-out), never into
 # the seed corpus. Exits non-zero when a target crashes, leaks or times out:
 # copy the reproducer into fuzz/corpus/<name>/ and add a case to the tests.
+# fuzz_tokenizer_encode loads tests/fixtures/tokenizers/{gpt2,llama2} from this
+# checkout ($MF_FUZZ_TOKENIZERS overrides the folder). The seed corpora of the
+# tokenizer targets are made by fuzz/make_tokenizer_seeds.py.
 set -euo pipefail
 
 secs=${1:-60}
@@ -23,10 +26,11 @@ else
   for f in "$root"/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
 fi
 
-command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
+command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DMF_FUZZ=ON -DMF_CUDA=OFF \
   -DMF_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target "${targets[@]}" -j2 >/dev/null
+echo "fuzz.sh: configured and built in ${SECONDS}s" >&2
 
 failed=0
 rows=()
@@ -56,4 +60,5 @@ done
 
 printf '%-20s %7s %12s %10s %8s  %s\n' target time executions exec/s new-corp status
 for r in "${rows[@]}"; do echo "$r"; done
+echo "fuzz.sh: ${SECONDS}s in all"
 exit $failed

@@ -587,6 +587,120 @@ static void write_tmp(const char *name, const char *content, char *path, size_t 
     write_all(path, content, strlen(content));
 }
 
+// Streams ids after k ids of context: 1 when the pieces join into
+// decode(ids) minus decode(ids[:k]), 0 when they do not, -1 when the stream
+// refused (MF_ERR_UNSUPPORTED: the decoder rewrote earlier text), -2 when it
+// refused and decode(ids[:j]) is no prefix of decode(ids[:j+1]) for some j >= k
+// (text was rewritten), 2 when decode(ids[:k]) is no prefix of decode(ids)
+// (the contract says nothing then).
+static int stream_joins(const mf_tokenizer *tok, const int32_t *ids, int64_t n, int64_t k) {
+    char *full = NULL, *pre = NULL, acc[256];
+    size_t n_full = 0, n_pre = 0, n_acc = 0;
+    int result = 1;
+    mf_tokenizer_stream *s = NULL;
+    if (mf_tokenizer_decode(tok, ids, n, &full, &n_full) != MF_OK || mf_tokenizer_decode(tok, ids, k, &pre, &n_pre) != MF_OK ||
+        mf_tokenizer_stream_new(tok, ids, k, &s) != MF_OK)
+        result = 0;
+    for (int64_t i = k; i <= n && result == 1; i++) {
+        const char *piece;
+        size_t len;
+        mf_status st = i < n ? mf_tokenizer_stream_push(s, ids[i], &piece, &len) : mf_tokenizer_stream_flush(s, &piece, &len);
+        if (st == MF_ERR_UNSUPPORTED) result = -1;
+        else if (st != MF_OK || n_acc + len > sizeof acc) result = 0;
+        else {
+            memcpy(acc + n_acc, piece, len);
+            n_acc += len;
+        }
+    }
+    bool prefix = full && pre && n_pre <= n_full && memcmp(full, pre, n_pre) == 0;
+    if (result == 1 && (n_acc != n_full - n_pre || memcmp(acc, full + n_pre, n_acc) != 0)) result = 0;
+    for (int64_t j = k; j < n && result == -1; j++) {
+        char *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        if (mf_tokenizer_decode(tok, ids, j, &a, &na) == MF_OK && mf_tokenizer_decode(tok, ids, j + 1, &b, &nb) == MF_OK &&
+            (na > nb || memcmp(a, b, na) != 0))
+            result = -2;
+        mf_tokenizer_free_buffer(a);
+        mf_tokenizer_free_buffer(b);
+    }
+    if (!prefix) result = 2;
+    mf_tokenizer_stream_free(s);
+    mf_tokenizer_free_buffer(full);
+    mf_tokenizer_free_buffer(pre);
+    return result;
+}
+
+// The streaming decoder against whole-sequence decoding, for decoder chains
+// whose output at the start of a sequence reaches past the first token
+// (Strip start/stop > 1 after Fuse, tokens that decode to nothing, Metaspace
+// after Fuse) or that rewrite across tokens: every sequence of up to 4 ids
+// over a 7-token vocabulary, with 0, 1 and n-1 ids of context. Found by
+// fuzz_tokenizer_load (Fuse + Strip start=2 streamed "a a" for "a  a").
+static void test_stream_chains(void) {
+    if (!test_selected("stream_chains")) return;
+    static const char *const vocab[] = {"a", "\xE2\x96\x81", " ", "", "<0xE2>", "<0x96>", "<0x81>"};
+    enum { V = 7 };
+    static const struct {
+        const char *decoder;
+        bool may_refuse; // the chain can rewrite text across tokens: refusing is right
+    } chains[] = {
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\u2581\"},\"content\":\" \"},"
+         "{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}", false},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},"
+         "{\"type\":\"Strip\",\"content\":\" \",\"start\":2,\"stop\":0}]}", false},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":0,\"stop\":2}]}", false},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\u2581\"},\"content\":\" \"},"
+         "{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":1}]}", false},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\u2581\"},\"content\":\"\"},"
+         "{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}", false},
+        {"{\"type\":\"Metaspace\",\"replacement\":\"\u2581\",\"prepend_scheme\":\"first\",\"split\":false}", false},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Metaspace\"}]}", false},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Metaspace\"}]}", false},
+        {"{\"type\":\"ByteLevel\"}", false},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"ByteLevel\"}]}", true},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\u2581\"},\"content\":\"X\"}]}", true},
+        {"{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\"\u2581\"},\"content\":\"Y\"}]}", true},
+    };
+    char json[2048], path[4096];
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        case_begin();
+        int w = snprintf(json, sizeof json, "{\"decoder\": %s, \"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {",
+                         chains[c].decoder);
+        for (int i = 0; i < V; i++) w += snprintf(json + w, sizeof json - (size_t)w, "%s\"%s\": %d", i ? ", " : "", vocab[i], i);
+        snprintf(json + w, sizeof json - (size_t)w, "}}}");
+        write_tmp("stream_chain.json", json, path, sizeof path);
+        mf_tokenizer *t = NULL;
+        if (!want_status(mf_tokenizer_load(path, &t), MF_OK, "load(stream chain)", NULL)) {
+            case_end(chains[c].decoder);
+            continue;
+        }
+        int64_t checked = 0, refused = 0;
+        int32_t ids[4];
+        for (int n = 1; n <= 4 && case_ok; n++) {
+            int64_t count = 1;
+            for (int i = 0; i < n; i++) count *= V;
+            for (int64_t code = 0; code < count && case_ok; code++) {
+                for (int i = 0, r = (int)code; i < n; i++, r /= V) ids[i] = r % V;
+                int64_t ks[3] = {0, 1, n - 1};
+                for (int j = 0; j < 3 && case_ok; j++) {
+                    if (ks[j] >= n || (j > 0 && ks[j] == ks[j - 1])) continue;
+                    int got = stream_joins(t, ids, n, ks[j]);
+                    checked++;
+                    refused += got < 0 || got == 2;
+                    if (got == 0 || (got == -1 && !chains[c].may_refuse))
+                        fail("decoder %s: ids [%d %d %d %d][:%d], context %lld: stream %s (%s)", chains[c].decoder, ids[0],
+                             n > 1 ? ids[1] : -1, n > 2 ? ids[2] : -1, n > 3 ? ids[3] : -1, n, (long long)ks[j],
+                             got ? "refused" : "differs from decode", mf_last_error());
+                }
+            }
+        }
+        printf("     stream_chains: %lld streams, %lld refused or undefined: %s\n", (long long)checked, (long long)refused, chains[c].decoder);
+        mf_tokenizer_free(t);
+        remove(path);
+        case_end("stream_chains");
+    }
+}
+
 // A tokenizer.json with the tiny model and `extra` members (JSON text after the model).
 static const char tiny_model[] =
     "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}";
@@ -779,6 +893,7 @@ int main(int argc, char **argv) {
     printf("ok   %d fixture cases (failures listed above)\n", n_passed + n_failed - before);
     test_queries();
     test_stream();
+    test_stream_chains();
     test_bad_inputs();
     test_alloc_failures();
 

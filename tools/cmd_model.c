@@ -642,6 +642,9 @@ int mf_bench_model_main(int argc, char **argv) {
             mo.synthetic ? mo.synthetic : mo.dir);
     if (open_model(&mo, true, &be, &m)) return 1;
     const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
+    if (!cuda && !getenv("OMP_WAIT_POLICY")) // measured: 4-10x slower decode on a loaded 2-core box without it
+        fprintf(stderr, "minfer: bench model: note: OMP_WAIT_POLICY is not set; OpenMP threads spinning between ops "
+                        "take the cores from OpenBLAS's threads: run with OMP_WAIT_POLICY=PASSIVE for CPU figures\n");
     if (!batch_s) batch_s = cuda ? "1,4,8,16,32" : "1";
     if (!seq_s) seq_s = cuda ? "128,512,2048,8192" : "128";
     if (!iters) iters = cuda ? 5 : 3;

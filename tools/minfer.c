@@ -1,6 +1,8 @@
 // minfer: the command-line tool. Subcommands arrive with later issues.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "cmd_generate.h"
@@ -49,6 +51,12 @@ static int cmd_bench(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    // libgomp reads OMP_WAIT_POLICY when it is loaded, before main. Its default
+    // spin-waiting fights OpenBLAS's own threads for the cores and made CPU
+    // decode steps 5-15x slower on a 2-core machine (docs/notes/model.md); so
+    // unless the user chose a policy, start again with PASSIVE.
+    if (!getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
+        execv("/proc/self/exe", argv); // on failure: carry on with the default policy
     if (argc < 2) {
         usage(stderr);
         return 2;

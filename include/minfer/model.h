@@ -61,6 +61,9 @@ const mf_tokenizer *mf_model_tokenizer(const mf_model *m);
 
 // A session: max_batch sequence slots of up to max_seq tokens each; the KV
 // cache and all scratch are allocated here (nothing is allocated per step).
+// max_seq may not exceed a GPT-2 model's learned positions, nor a Mistral
+// model's sliding window (sliding-window attention is not implemented);
+// mf_session_plan_memory says what a size costs.
 mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out);
 void mf_session_free(mf_session *s); // NULL is fine
 // Empties sequence slot `seq` (-1: all slots).

@@ -101,7 +101,10 @@ bool mf_tokenizer_is_special(const mf_tokenizer *tok, int32_t id);
 // out). The concatenation of everything a stream emits, after
 // mf_tokenizer_stream_flush, equals decode(context ++ pushed ids) minus
 // decode(context). Each push costs O(tokens since the last complete
-// character), not O(sequence).
+// character), not O(sequence), for the decoder chains models use (ByteLevel;
+// Replace, ByteFallback, Fuse, Strip start=1; Metaspace); a chain whose
+// start-of-sequence rule or matching can reach past one token (e.g. Strip with
+// start=2 after Fuse) is decoded whole, context included, at each push.
 typedef struct mf_tokenizer_stream mf_tokenizer_stream;
 
 // context: ids that precede the stream (e.g. the prompt), used so that the

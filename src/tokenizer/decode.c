@@ -159,7 +159,51 @@ static mf_status dec_byte_level(const tk_pieces *in, tk_pieces *out) {
     return MF_OK;
 }
 
+// Whether the text a token adds in the middle of a sequence can be had from
+// a window that starts at the previous token, decoded as if it began the
+// sequence: true when what a decoder does at the start of a sequence stays
+// inside the window's first token and no step matches text across tokens
+// (patterns of one UTF-8 character are fine: the stream never cuts inside a
+// character). GPT-2/Llama-3/Qwen (ByteLevel), Llama-2/Mistral (Replace,
+// ByteFallback, Fuse, Strip start=1) and Metaspace chains are; e.g. Strip
+// with start=2 after Fuse is not ("a", " ", " ", "a" would stream "a a").
+static bool stream_local(const mf_tokenizer *tok) {
+    bool multi = false;     // a piece may span tokens (after ByteLevel, ByteFallback or Fuse)
+    bool fused = false;     // one piece holds all the text (after ByteLevel or Fuse)
+    bool may_empty = false; // a token may decode to nothing, letting a Strip reach past it
+    for (int64_t id = 0; id < tok->n_ids && !may_empty; id++) may_empty = tok->id_text[id] && tok->id_len[id] == 0;
+    for (int32_t k = 0; k < tok->n_decs; k++) {
+        const tk_dec *d = &tok->decs[k];
+        const unsigned char *from = (const unsigned char *)d->from;
+        switch (d->kind) {
+        case TK_DEC_BYTE_LEVEL: // a piece with a character outside the byte map stays as it is
+            if (multi) return false;
+            multi = fused = true;
+            break;
+        case TK_DEC_BYTE_FALLBACK: // "<0xNN>" could be spelled across tokens
+            if (multi) return false;
+            multi = true;
+            break;
+        case TK_DEC_FUSE: multi = fused = true; break;
+        case TK_DEC_REPLACE:
+            if (multi && (tk_utf8_len(from, d->from_len) != d->from_len || tk_utf8_cp(from, d->from_len) < 0)) return false;
+            may_empty |= d->to_len == 0;
+            break;
+        case TK_DEC_STRIP:
+            if (multi && (d->strip_start > (may_empty ? 0 : 1) || d->strip_stop > 1)) return false;
+            may_empty |= d->strip_start > 0 || d->strip_stop > 0;
+            break;
+        case TK_DEC_METASPACE: // drops the replacement in piece 0: a byte run could reach past the first token
+            if (multi && !fused) return false;
+            may_empty |= d->strip_first;
+            break;
+        }
+    }
+    return true;
+}
+
 mf_status tk_dec_prepare(mf_tokenizer *tok) {
+    tok->stream_local = stream_local(tok);
     if (tok->n_decs == 0 || tok->decs[0].kind != TK_DEC_BYTE_LEVEL) return MF_OK;
     int64_t bytes = 0;
     for (int64_t id = 0; id < tok->n_ids; id++) bytes += tok->id_text[id] ? tok->id_len[id] : 0;
@@ -297,7 +341,8 @@ mf_status tk_decode_into(const mf_tokenizer *tok, const int32_t *ids, int64_t n,
 
 struct mf_tokenizer_stream {
     const mf_tokenizer *tok;
-    tk_ids win;   // ids since the last point where all text was complete (first: one id of context)
+    tk_ids win;   // ids since the last point where all text was complete (first: one id of context);
+                  // every id since the start when !tok->stream_local
     tk_buf prev;  // decode(win) before the latest push
     tk_buf text;  // decode(win)
     int64_t done; // bytes of decode(win) already emitted (or belonging to the context)
@@ -331,11 +376,14 @@ static mf_status check_id(const mf_tokenizer *tok, int32_t id, const char *what)
     return MF_OK;
 }
 
-// The window restarts at `id`, all of whose text counts as emitted.
-static mf_status restart(mf_tokenizer_stream *s, int32_t id) {
-    s->win.len = 0;
-    MF_TRY(tk_ids_push(&s->win, id));
-    MF_TRY(tk_decode_into(s->tok, s->win.p, 1, &s->prev));
+// All text so far counts as emitted: the window restarts at its last id
+// (when the chain is not stream_local it keeps every id instead).
+static mf_status settle(mf_tokenizer_stream *s) {
+    if (s->tok->stream_local) {
+        s->win.p[0] = s->win.p[s->win.len - 1];
+        s->win.len = 1;
+    }
+    MF_TRY(tk_decode_into(s->tok, s->win.p, s->win.len, &s->prev));
     s->done = s->prev.len;
     return MF_OK;
 }
@@ -353,7 +401,9 @@ mf_status mf_tokenizer_stream_new(const mf_tokenizer *tok, const int32_t *contex
     if (!s) return mf_fail(MF_ERR_OOM, "tokenizer_stream_new: out of memory");
     s->tok = tok;
     mf_status st = tk_buf_put(&s->out, "", 0);
-    if (st == MF_OK && n_context > 0) st = restart(s, context[n_context - 1]);
+    for (int64_t i = tok->stream_local && n_context > 0 ? n_context - 1 : 0; i < n_context && st == MF_OK; i++)
+        st = tk_ids_push(&s->win, context[i]);
+    if (st == MF_OK && n_context > 0) st = settle(s);
     if (st != MF_OK) {
         mf_tokenizer_stream_free(s);
         return st;
@@ -380,7 +430,7 @@ mf_status mf_tokenizer_stream_push(mf_tokenizer_stream *s, int32_t id, const cha
     s->out.len = 0;
     MF_TRY(tk_buf_put(&s->out, s->text.p + s->done, cut - s->done));
     if (cut == s->text.len) {
-        MF_TRY(restart(s, id));
+        MF_TRY(settle(s));
     } else {
         tk_buf t = s->prev;
         s->prev = s->text;
@@ -401,7 +451,7 @@ mf_status mf_tokenizer_stream_flush(mf_tokenizer_stream *s, const char **text, s
     s->out.len = 0;
     if (s->win.len) { // prev = decode(win); what follows `done` is held
         MF_TRY(tk_buf_put(&s->out, s->prev.p + s->done, s->prev.len - s->done));
-        MF_TRY(restart(s, s->win.p[s->win.len - 1]));
+        MF_TRY(settle(s));
     }
     *text = s->out.p;
     *len = (size_t)s->out.len;

@@ -264,6 +264,7 @@ struct mf_tokenizer {
 
     int32_t bos_id, eos_id;    // -1: unknown
     bool add_bos_default;
+    bool stream_local;         // a stream may restart its window at one token (decode.c)
 };
 
 enum { TK_ID_ADDED = 1, TK_ID_SPECIAL = 2 };
@@ -275,7 +276,7 @@ enum { TK_ID_ADDED = 1, TK_ID_SPECIAL = 2 };
 // mf_tokenizer_load and the fuzz targets.
 mf_status mf_tokenizer_load_buffer(const char *json, size_t size, const char *name, mf_tokenizer **out);
 
-// Precomputes bl_pool / bl_off / bl_len (decode.c).
+// Precomputes bl_pool / bl_off / bl_len and stream_local (decode.c).
 mf_status tk_dec_prepare(mf_tokenizer *tok);
 // Decodes ids into out (cleared first); ids must be valid.
 mf_status tk_decode_into(const mf_tokenizer *tok, const int32_t *ids, int64_t n, tk_buf *out);
