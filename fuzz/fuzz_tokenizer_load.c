@@ -2,11 +2,12 @@
 // Input: JSON, optionally followed by a NUL and a text; a tokenizer that
 // loads then encodes that text (or a fixed probe when there is none; at most
 // 256 bytes, so that a fuzzed regex cannot make one run slow) and the text of
-// each of its added tokens. Every id must be a token that decodes, the
-// decode of every token must succeed, and the streaming decoder's pieces must
-// join into the decode (or the stream must refuse with MF_ERR_UNSUPPORTED,
-// as documented). A rejected file must leave nothing allocated (ASan
-// reports leaks).
+// each of its added tokens. Every id must be a token, decoding must succeed
+// (or refuse a decoder chain that grows the text too much, MF_ERR_UNSUPPORTED)
+// and the streaming decoder's pieces over the first 256 ids (a chain that is
+// not stream_local costs O(n^2)) must join into their decode (or the stream
+// must refuse with MF_ERR_UNSUPPORTED, as documented). A rejected file must
+// leave nothing allocated (ASan reports leaks).
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+// decode(ids) either works or refuses a decoder chain that grows the text.
+static bool decodes(const mf_tokenizer *tok, const int32_t *ids, int64_t n, char **text, size_t *len) {
+    mf_status st = mf_tokenizer_decode(tok, ids, n, text, len);
+    REQUIRE(st == MF_OK || (st == MF_ERR_UNSUPPORTED && strstr(mf_last_error(), "grow") && *text == NULL));
+    REQUIRE(st != MF_OK || (*text && (*text)[*len] == '\0'));
+    return st == MF_OK;
+}
+
 static const char probe[] = "Hello world, it's 2024!  123\t\n caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82 \xe2\x96\x81x <s> \xff";
 
 // The stream's pieces, after `k` ids of context, must join into
@@ -28,9 +37,18 @@ static void check_stream(const mf_tokenizer *tok, const int32_t *ids, int64_t n,
                          size_t full_len) {
     char *pre = NULL;
     size_t pre_len = 0;
-    REQUIRE(mf_tokenizer_decode(tok, ids, k, &pre, &pre_len) == MF_OK);
+    if (!decodes(tok, ids, k, &pre, &pre_len)) return;
+    if (pre_len > full_len || memcmp(full, pre, pre_len) != 0) { // e.g. the context ends inside a
+        free(pre);                                                 // character that a decoder then
+        return;                                                    // rewrites: the contract says nothing
+    }
     mf_tokenizer_stream *s = NULL;
-    REQUIRE(mf_tokenizer_stream_new(tok, ids, k, &s) == MF_OK);
+    mf_status st0 = mf_tokenizer_stream_new(tok, ids, k, &s);
+    if (st0 == MF_ERR_UNSUPPORTED && strstr(mf_last_error(), "grow")) {
+        free(pre);
+        return;
+    }
+    REQUIRE(st0 == MF_OK);
     char *got = malloc(full_len + 1);
     REQUIRE(got);
     size_t got_len = 0;
@@ -39,7 +57,7 @@ static void check_stream(const mf_tokenizer *tok, const int32_t *ids, int64_t n,
         const char *piece = NULL;
         size_t len = 0;
         mf_status st = i < n ? mf_tokenizer_stream_push(s, ids[i], &piece, &len) : mf_tokenizer_stream_flush(s, &piece, &len);
-        if (st == MF_ERR_UNSUPPORTED) { // the decoder rewrote earlier text (documented)
+        if (st == MF_ERR_UNSUPPORTED) { // the decoder rewrote earlier text or grew it too much (documented)
             refused = true;
             break;
         }
@@ -48,10 +66,7 @@ static void check_stream(const mf_tokenizer *tok, const int32_t *ids, int64_t n,
         memcpy(got + got_len, piece, len);
         got_len += len;
     }
-    if (!refused) {
-        REQUIRE(pre_len <= full_len && memcmp(full, pre, pre_len) == 0);
-        REQUIRE(got_len == full_len - pre_len && memcmp(got, full + pre_len, got_len) == 0);
-    }
+    if (!refused) REQUIRE(got_len == full_len - pre_len && memcmp(got, full + pre_len, got_len) == 0);
     free(got);
     free(pre);
     mf_tokenizer_stream_free(s);
@@ -69,9 +84,11 @@ static void check_text(const mf_tokenizer *tok, const char *text, size_t len) {
     for (int64_t i = 0; i < n; i++) REQUIRE(mf_tokenizer_token_text(tok, ids[i]) != NULL);
     char *full = NULL;
     size_t full_len = 0;
-    REQUIRE(mf_tokenizer_decode(tok, ids, n, &full, &full_len) == MF_OK && full && full[full_len] == '\0');
-    check_stream(tok, ids, n, 0, full, full_len);
-    if (n > 1) check_stream(tok, ids, n, 1 + (int64_t)(len % (size_t)(n - 1)), full, full_len);
+    int64_t m = n < 256 ? n : 256; // ids to stream
+    if (decodes(tok, ids, m, &full, &full_len)) {
+        check_stream(tok, ids, m, 0, full, full_len);
+        if (m > 1) check_stream(tok, ids, m, 1 + (int64_t)(len % (size_t)(m - 1)), full, full_len);
+    }
     mf_tokenizer_free_buffer(full);
     mf_tokenizer_free_buffer(ids);
 }
@@ -105,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     REQUIRE(n_all >= 1);
     char *text = NULL;
     size_t len = 0;
-    REQUIRE(mf_tokenizer_decode(tok, all, n_all, &text, &len) == MF_OK);
+    (void)decodes(tok, all, n_all, &text, &len);
     mf_tokenizer_free_buffer(text);
 
     // Encode: the text after the NUL (or the probe), then each added token's text.

@@ -31,6 +31,7 @@ static int n_passed, n_failed;
 static const char *fixtures;
 static const char *filter;
 static bool case_ok;
+static int n_bad_inputs; // calls checked to be refused (printed for scripts/reliability-report.sh)
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void fail(const char *fmt, ...) {
@@ -183,6 +184,7 @@ static void test_sampler_params(void) {
             {{.min_p = 1.01f}, "min_p"}, {{.min_p = -1.0f}, "min_p"},
             {{.repetition_penalty = -1.0f}, "repetition_penalty"}, {{.repetition_penalty = INFINITY}, "repetition_penalty"},
         };
+        n_bad_inputs += (int)(sizeof bad / sizeof bad[0]) + 3; // the table, vocab 0, NULL params, NULL out
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             mf_sampler *s = (mf_sampler *)&bad[i];
             mf_status st = mf_sampler_create(&bad[i].p, 10, &s);
@@ -210,6 +212,7 @@ static void test_sampler_bad_logits(void) {
         }
         float x[6] = {1, 2, 3, 4, 5, 6};
         int32_t id;
+        n_bad_inputs += 6; // NaN, +inf, all -inf, context id 6 (twice), NULL context
         x[4] = NAN;
         CHECK(mf_sampler_sample(s, x, NULL, 0, &id) == MF_ERR_INVALID_ARG && strstr(mf_last_error(), "logit 4 is NaN"),
               "NaN: '%s'", mf_last_error());
@@ -959,6 +962,7 @@ static void test_generate_bad(const mf_tokenizer *tok) {
             {"empty stop string", "stop string 0 is empty", {.n = 1, .texts = one}, 4, {.seed = 0}, stop_empty, 1, MF_BOS_AUTO},
             {"bos mode 7", "bos mode 7", {.n = 1, .texts = one}, 4, {.seed = 0}, NULL, 0, (mf_bos_mode)7},
         };
+        n_bad_inputs += (int)(sizeof cases / sizeof cases[0]) + 2; // the table, NULL prompts, NULL out
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             mf_generate_params p = mf_generate_params_default();
             p.max_new_tokens = cases[c].max_new;
@@ -1357,6 +1361,7 @@ static void e2e_bad(fixture_model *fm) {
     char long_prompt[2048] = "";
     for (int i = 0; i < 100; i++) strcat(long_prompt, i % 2 ? "the fox " : "a dog, ");
     mf_generate_result r;
+    n_bad_inputs += 6; // empty prompt, max_new -3, a long prompt, 5 prompts, min_p 2, NULL session
     mf_status st = gen_one(fm, "", MF_BOS_NONE, 4, NULL, 0, NULL, &r);
     CHECK(st == MF_ERR_INVALID_ARG && strstr(mf_last_error(), "prompt 0 is empty"), "%s: empty prompt: '%s'", fm->name,
           mf_last_error());
@@ -1472,6 +1477,7 @@ int main(int argc, char **argv) {
     test_e2e("llama3-tiny", 1000);
 
     case_flush();
+    printf("bad-input cases: %d\n", n_bad_inputs);
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;
 }

@@ -68,8 +68,11 @@ static void skip(const char *name, const char *why) {
     n_skip++;
 }
 
+static int n_bad_inputs; // expect_err calls: the bad-input cases (printed for scripts/reliability-report.sh)
+
 // got must be want and the last error must contain each non-NULL substring.
 static bool expect_err(const char *name, mf_status got, mf_status want, const char *s1, const char *s2) {
+    n_bad_inputs++;
     const char *msg = mf_last_error();
     bool ok = got == want;
     const char *miss = NULL;
@@ -1131,6 +1134,7 @@ int main(int argc, char **argv) {
 
     mf_backend_free(cpu);
     rmdir(tmpdir);
+    printf("bad-input cases: %d\n", n_bad_inputs);
     printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
     return n_fail ? 1 : 0;
 }

@@ -41,9 +41,12 @@ static void report(bool ok, const char *name, const char *fmt, ...) {
         n_fail++;
 }
 
+static int n_bad_inputs; // expect_err calls: the bad-input cases (printed for scripts/reliability-report.sh)
+
 // got must be want, and the last error must contain each non-NULL substring.
 static bool expect_err(const char *name, mf_status got, mf_status want, const char *s1, const char *s2,
                        const char *s3) {
+    n_bad_inputs++;
     const char *msg = mf_last_error();
     bool ok = got == want;
     const char *subs[3] = {s1, s2, s3};
@@ -1024,6 +1027,7 @@ int main(int argc, char **argv) {
     mf_st_close(f);
 
     cleanup();
+    printf("bad-input cases: %d\n", n_bad_inputs);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -486,7 +486,10 @@ static void run_invalid(const cJSON *c, const char *tname) {
 
 // ---- unit tests ----------------------------------------------------------------------------------
 
+static int n_bad_inputs; // want_status calls that want an error (printed for scripts/reliability-report.sh)
+
 static bool want_status(mf_status got, mf_status want, const char *call, const char *must_mention) {
+    n_bad_inputs += want != MF_OK;
     if (got != want) {
         fail("%s: got %s, want %s (%s)", call, mf_status_str(got), mf_status_str(want), mf_last_error());
         return false;
@@ -701,6 +704,53 @@ static void test_stream_chains(void) {
     }
 }
 
+// A tokenizer.json whose normalizers, pre-tokenizers or decoders each double
+// the text 40 times over must be refused at encode / decode with
+// MF_ERR_UNSUPPORTED naming the stage, not exhaust memory (fuzz_tokenizer_load
+// found a 110-fold Replace normalizer; 40 doublings ran for minutes).
+static void test_growth(void) {
+    if (!test_selected("growth")) return;
+    case_begin();
+    static const struct {
+        const char *member, *list, *step, *stage;
+    } chains[] = {
+        {"normalizer", "normalizers", "{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"aa\"}", "normalizers"},
+        {"pre_tokenizer", "pretokenizers", "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}", "pre-tokenizers"},
+        {"decoder", "decoders", "{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"aa\"}", "decoders"},
+    };
+    char json[8192], path[4096];
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        int w = snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"aa\": 1, \"\\u00c3\": 2}, "
+                         "\"merges\": [\"a a\"]}, \"%s\": {\"type\": \"Sequence\", \"%s\": [", chains[c].member, chains[c].list);
+        for (int i = 0; i < 40; i++) w += snprintf(json + w, sizeof json - (size_t)w, "%s%s", i ? ", " : "", chains[c].step);
+        snprintf(json + w, sizeof json - (size_t)w, "]}}");
+        write_tmp("growth.json", json, path, sizeof path);
+        mf_tokenizer *t = NULL;
+        char call[64];
+        snprintf(call, sizeof call, "load(40 doubling %s)", chains[c].stage);
+        if (!want_status(mf_tokenizer_load(path, &t), MF_OK, call, NULL)) continue;
+        int32_t *ids = (int32_t *)json, two[2] = {0, 1};
+        int64_t n = 5;
+        char *text = json;
+        size_t len = 5;
+        double t0 = now_s();
+        if (c < 2) {
+            want_status(mf_tokenizer_encode(t, "aa\xc3\xa9", 4, false, &ids, &n), MF_ERR_UNSUPPORTED, chains[c].stage, chains[c].stage);
+            CHECK(ids == NULL && n == 0, "%s: a refused encode clears its outputs", chains[c].stage);
+        } else {
+            want_status(mf_tokenizer_decode(t, two, 2, &text, &len), MF_ERR_UNSUPPORTED, chains[c].stage, chains[c].stage);
+            CHECK(text == NULL && len == 0, "%s: a refused decode clears its outputs", chains[c].stage);
+        }
+        CHECK(now_s() - t0 < 1.0, "%s: refusing took %.1f s", chains[c].stage, now_s() - t0);
+        // The tokenizer still works on text that does not grow (nothing to double).
+        if (c < 2 && want_status(mf_tokenizer_encode(t, "", 0, false, &ids, &n), MF_OK, "encode(\"\") after a refusal", NULL))
+            mf_tokenizer_free_buffer(ids);
+        mf_tokenizer_free(t);
+        remove(path);
+    }
+    case_end("growth");
+}
+
 // A tokenizer.json with the tiny model and `extra` members (JSON text after the model).
 static const char tiny_model[] =
     "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}";
@@ -894,12 +944,14 @@ int main(int argc, char **argv) {
     test_queries();
     test_stream();
     test_stream_chains();
+    test_growth();
     test_bad_inputs();
     test_alloc_failures();
 
     for (int i = 0; i < n_toks; i++) mf_tokenizer_free(toks[i].tok);
     cJSON_Delete(exp);
     rmdir(tmpdir);
+    printf("bad-input cases: %d\n", n_bad_inputs);
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;
 }

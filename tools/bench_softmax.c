@@ -13,6 +13,7 @@
 
 #include "bench.h"
 #include "bench_util.h"
+#include "cli_args.h"
 #include "core/error.h"
 #include "ops/softmax_geom.h"
 #ifdef MF_HAVE_CUDA
@@ -27,15 +28,8 @@ typedef struct {
     bool causal;
 } sm_case;
 
-typedef struct {
-    const char *backend, *csv, *json;
-    mf_dtype dt;
-    mf_bench_format fmt;
-    bool full, fused, unfused, grid, sweep, causal;
-    int warmup, iters;
-    float scale;
-    double max_mb; // memory budget for one case's buffers
-} sm_opts;
+// The options (parsed by mf_parse_bench_softmax_args, cli_args.c).
+typedef mf_bench_softmax_opts sm_opts;
 
 // State of one case for the timed closures.
 typedef struct {
@@ -285,47 +279,16 @@ static int make_cases(const sm_opts *o, bool cuda, sm_case *cases, int cap) {
 }
 
 int mf_bench_softmax_main(int argc, char **argv) {
-    sm_opts o = {.backend = "auto", .dt = MF_DTYPE_BF16, .fmt = MF_BENCH_TABLE, .fused = true, .unfused = true,
-                 .grid = true, .sweep = true, .causal = true, .warmup = -1, .iters = -1, .scale = 0.125f,
-                 .max_mb = -1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--full")) {
-            o.full = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "minfer bench softmax: unknown option or missing value: %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--backend")) o.backend = v;
-        else if (!strcmp(a, "--csv")) o.csv = v;
-        else if (!strcmp(a, "--json")) o.json = v;
-        else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
-        else if (!strcmp(a, "--iters")) o.iters = atoi(v);
-        else if (!strcmp(a, "--scale")) o.scale = (float)atof(v);
-        else if (!strcmp(a, "--max-mb")) o.max_mb = atof(v);
-        else if (!strcmp(a, "--dtype") && (!strcmp(v, "bf16") || !strcmp(v, "f16") || !strcmp(v, "f32")))
-            o.dt = !strcmp(v, "bf16") ? MF_DTYPE_BF16 : !strcmp(v, "f16") ? MF_DTYPE_F16 : MF_DTYPE_F32;
-        else if (!strcmp(a, "--variant") && (!strcmp(v, "fused") || !strcmp(v, "unfused") || !strcmp(v, "both")))
-            o.fused = strcmp(v, "unfused") != 0, o.unfused = strcmp(v, "fused") != 0;
-        else if (!strcmp(a, "--cases") && (!strcmp(v, "grid") || !strcmp(v, "sweep") || !strcmp(v, "all")))
-            o.grid = strcmp(v, "sweep") != 0, o.sweep = strcmp(v, "grid") != 0;
-        else if (!strcmp(a, "--mask") && (!strcmp(v, "causal") || !strcmp(v, "none")))
-            o.causal = !strcmp(v, "causal");
-        else if (!strcmp(a, "--format") && mf_bench_format_parse(v, &o.fmt))
-            ;
-        else {
-            fprintf(stderr, "minfer bench softmax: bad option %s %s\n", a, v);
-            usage(stderr);
-            return 2;
-        }
+    sm_opts o;
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_bench_softmax_args(argc, argv, &o, err);
+    if (ar == MF_ARGS_HELP) {
+        usage(stdout);
+        return 0;
+    }
+    if (ar != MF_ARGS_OK) {
+        fprintf(stderr, "minfer: error: bench softmax: %s\n", err);
+        return 2;
     }
     mf_backend *be = NULL;
     if (mf_backend_init(o.backend, &be) != MF_OK) {

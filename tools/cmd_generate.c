@@ -4,34 +4,19 @@
 //
 // The generated text goes to stdout as it is produced (then one newline);
 // logs, the seed when chosen at random and a last line of statistics go to
-// stderr. Errors: one "minfer: error: ..." line and a non-zero exit.
-#include <errno.h>
-#include <math.h>
-#include <stdarg.h>
+// stderr. Errors: one "minfer: error: ..." line and a non-zero exit (2 for a
+// bad option: the options are parsed by mf_parse_generate_args, cli_args.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_args.h"
 #include "cmd_generate.h"
 #include "minfer/generate.h"
 #include "minfer/minfer.h"
 #include "minfer/model.h"
-
-enum { MAX_STOP = 16 };
-
-typedef struct {
-    const char *dir, *prompt, *backend;
-    mf_dtype dtype;
-    int64_t n;
-    mf_sampler_params sp;
-    bool seed_given;
-    const char *stop[MAX_STOP];
-    int n_stop;
-    bool ignore_eos;
-    mf_bos_mode bos;
-} gen_opts;
 
 static void help(FILE *f) {
     fprintf(f,
@@ -51,125 +36,7 @@ static void help(FILE *f) {
             "  --bos / --no-bos      put BOS before the prompt or not (default: as the tokenizer's add_bos_token says)\n"
             "  --backend B           auto (default), cpu or cuda\n"
             "  --dtype D             bf16 (default on CUDA), f16 or f32; the CPU computes in f32\n",
-            MAX_STOP);
-}
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "minfer: error: generate: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return 2;
-}
-
-// Strict number parsing: the whole string, finite.
-static bool parse_double(const char *s, double *v) {
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    return end != s && !*end && errno == 0 && isfinite(*v);
-}
-
-static bool parse_i64(const char *s, int64_t *v) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    *v = x;
-    return end != s && !*end && errno == 0;
-}
-
-static bool parse_u64(const char *s, uint64_t *v) {
-    char *end;
-    errno = 0;
-    if (*s == '-') return false;
-    unsigned long long x = strtoull(s, &end, 10);
-    *v = x;
-    return end != s && !*end && errno == 0;
-}
-
-// A float option in [lo, hi] (hi = INFINITY: no upper bound).
-static int float_opt(const char *flag, const char *v, double lo, double hi, float *out) {
-    double x;
-    if (!parse_double(v, &x)) return usage_error("%s %s is not a number", flag, v);
-    if (x < lo || x > hi) {
-        char range[64];
-        if (isinf(hi)) snprintf(range, sizeof range, "not >= %g", lo);
-        else snprintf(range, sizeof range, "not in [%g, %g]", lo, hi);
-        return usage_error("%s %s %s", flag, v, range);
-    }
-    *out = (float)x;
-    return 0;
-}
-
-static int parse_args(int argc, char **argv, gen_opts *o) {
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help(stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--no-bos") || !strcmp(a, "--bos")) {
-            o->bos = !strcmp(a, "--bos") ? MF_BOS_ADD : MF_BOS_NONE;
-            continue;
-        }
-        if (!strcmp(a, "--ignore-eos")) {
-            o->ignore_eos = true;
-            continue;
-        }
-        static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--temp", "--top-k", "--top-p",
-                                             "--min-p", "--repeat-penalty", "--seed", "--stop", "--backend", "--dtype"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
-        if (!known) return usage_error("unknown option %s (see minfer generate --help)", a);
-        if (i + 1 >= argc) return usage_error("%s needs a value", a);
-        const char *v = argv[++i];
-        int rc = 0;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            o->dir = v;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (o->prompt) return usage_error("one prompt only (-p given twice)");
-            o->prompt = v;
-        } else if (!strcmp(a, "-n")) {
-            if (!parse_i64(v, &o->n)) return usage_error("-n %s is not an integer", v);
-            if (o->n < 0) return usage_error("-n %s is negative", v);
-        } else if (!strcmp(a, "--temp")) {
-            rc = float_opt(a, v, 0.0, INFINITY, &o->sp.temperature);
-        } else if (!strcmp(a, "--top-k")) {
-            int64_t k;
-            if (!parse_i64(v, &k)) return usage_error("--top-k %s is not an integer", v);
-            if (k < 0 || k > INT32_MAX) return usage_error("--top-k %s not in [0, 2147483647]", v);
-            o->sp.top_k = (int32_t)k;
-        } else if (!strcmp(a, "--top-p")) {
-            rc = float_opt(a, v, 0.0, 1.0, &o->sp.top_p);
-        } else if (!strcmp(a, "--min-p")) {
-            rc = float_opt(a, v, 0.0, 1.0, &o->sp.min_p);
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            rc = float_opt(a, v, 0.0, INFINITY, &o->sp.repetition_penalty);
-        } else if (!strcmp(a, "--seed")) {
-            if (!parse_u64(v, &o->sp.seed)) return usage_error("--seed %s is not an integer in [0, 2^64)", v);
-            o->seed_given = true;
-        } else if (!strcmp(a, "--stop")) {
-            if (o->n_stop == MAX_STOP) return usage_error("more than %d stop strings", MAX_STOP);
-            if (!*v) return usage_error("--stop wants a non-empty string");
-            o->stop[o->n_stop++] = v;
-        } else if (!strcmp(a, "--backend")) {
-            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
-                return usage_error("--backend %s is not auto, cpu or cuda", v);
-            o->backend = v;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "bf16")) o->dtype = MF_DTYPE_BF16;
-            else if (!strcmp(v, "f16")) o->dtype = MF_DTYPE_F16;
-            else if (!strcmp(v, "f32")) o->dtype = MF_DTYPE_F32;
-            else return usage_error("--dtype %s is not bf16, f16 or f32", v);
-        }
-        if (rc) return rc;
-    }
-    if (!o->dir) return usage_error("give the model with -m DIR (see minfer generate --help)");
-    if (!o->prompt) return usage_error("give the prompt with -p TEXT (see minfer generate --help)");
-    return 0;
+            MF_ARGS_MAX_STOP);
 }
 
 // A seed nobody chose: the clock and the process id, mixed.
@@ -195,11 +62,17 @@ static int lib_error(const char *what) {
 }
 
 int mf_cmd_generate(int argc, char **argv) {
-    gen_opts o = {.backend = "auto", .dtype = MF_DTYPE_BF16, .n = 128, .bos = MF_BOS_AUTO};
-    o.sp = (mf_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                               .repetition_penalty = 1.0f};
-    int rc = parse_args(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
+    mf_generate_opts o;
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_generate_args(argc, argv, &o, err);
+    if (ar == MF_ARGS_HELP) {
+        help(stdout);
+        return 0;
+    }
+    if (ar != MF_ARGS_OK) {
+        fprintf(stderr, "minfer: error: generate: %s\n", err);
+        return 2;
+    }
     if (!o.seed_given) o.sp.seed = random_seed();
 
     mf_backend *be = NULL;
@@ -207,7 +80,7 @@ int mf_cmd_generate(int argc, char **argv) {
     mf_session *s = NULL;
     int32_t *ids = NULL;
     mf_generate_result r = {0};
-    rc = 1;
+    int rc = 1;
     if (mf_backend_init(o.backend, &be) != MF_OK) {
         lib_error("backend");
         goto done;

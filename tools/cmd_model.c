@@ -4,7 +4,8 @@
 //   minfer bench model [--synthetic PRESET | -m DIR] [--batch 1,4] [--seq 128,512] [--gen N]
 //                      [--format table|csv|json] [--profile] [--backend B] [--dtype D]
 // Results on stdout, logs and progress on stderr, one "minfer: error: ..."
-// line and a non-zero exit on failure.
+// line and a non-zero exit on failure (2 for a bad option: the options are
+// parsed by mf_parse_{score,info,bench_model}_args, cli_args.c).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #endif
 
 #include "bench_util.h"
+#include "cli_args.h"
 #include "cmd_model.h"
 #include "minfer/minfer.h"
 #include "minfer/model.h"
@@ -28,8 +30,8 @@ static int fail_lib(const char *what) {
     return 1;
 }
 
-static int fail_usage(const char *cmd, const char *msg, const char *arg) {
-    fprintf(stderr, "minfer: error: %s: %s%s%s (see minfer %s --help)\n", cmd, msg, arg ? " " : "", arg ? arg : "", cmd);
+static int fail_usage(const char *cmd, const char *msg) {
+    fprintf(stderr, "minfer: error: %s: %s\n", cmd, msg);
     return 2;
 }
 
@@ -39,41 +41,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef struct {
-    const char *dir;       // -m
-    const char *synthetic; // --synthetic
-    const char *backend;   // --backend (auto)
-    mf_dtype dtype;        // --dtype (bf16 on CUDA; the CPU always computes in f32)
-    uint64_t seed;         // --seed for synthetic weights
-    const char *attn;      // --attn (classic)
-} model_opts;
-
-static bool parse_dtype(const char *s, mf_dtype *dt) {
-    if (!strcmp(s, "bf16")) *dt = MF_DTYPE_BF16;
-    else if (!strcmp(s, "f16")) *dt = MF_DTYPE_F16;
-    else if (!strcmp(s, "f32")) *dt = MF_DTYPE_F32;
-    else return false;
-    return true;
-}
-
-// Consumes a model option at argv[*i]; 1: taken, 0: not a model option, -1: bad value (reported).
-static int model_opt(const char *cmd, int argc, char **argv, int *i, model_opts *o) {
-    const char *a = argv[*i];
-    const bool has = *i + 1 < argc;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--synthetic") || !strcmp(a, "--backend") ||
-        !strcmp(a, "--dtype") || !strcmp(a, "--seed") || !strcmp(a, "--attn")) {
-        if (!has) return fail_usage(cmd, "missing value after", a), -1;
-        const char *v = argv[++*i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->dir = v;
-        else if (!strcmp(a, "--synthetic")) o->synthetic = v;
-        else if (!strcmp(a, "--backend")) o->backend = v;
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--attn")) o->attn = v;
-        else if (!parse_dtype(v, &o->dtype)) return fail_usage(cmd, "--dtype wants bf16, f16 or f32, got", v), -1;
-        return 1;
-    }
-    return 0;
-}
+// The model options of score, info and bench model (parsed in cli_args.c).
+typedef mf_model_args model_opts;
 
 static int open_model(const model_opts *o, bool verbose, mf_backend **be, mf_model **m) {
     *be = NULL, *m = NULL;
@@ -149,37 +118,24 @@ static void score_help(FILE *f) {
 }
 
 int mf_cmd_score(int argc, char **argv) {
-    model_opts mo = {.dtype = MF_DTYPE_BF16};
-    const char *text = NULL, *tokens_s = NULL, *out = NULL;
-    int bos = -1; // -1: the tokenizer's default
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int r = model_opt("score", argc, argv, &i, &mo);
-        if (r < 0) return 2;
-        if (r) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            score_help(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--bos") || !strcmp(a, "--no-bos")) {
-            bos = !strcmp(a, "--bos");
-            continue;
-        }
-        if ((!strcmp(a, "-p") || !strcmp(a, "--tokens") || !strcmp(a, "--logits-out")) && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(a, "-p")) text = v;
-            else if (!strcmp(a, "--tokens")) tokens_s = v;
-            else out = v;
-            continue;
-        }
-        return fail_usage("score", "unknown or incomplete option", a);
+    mf_score_opts so;
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_score_args(argc, argv, &so, err);
+    if (ar == MF_ARGS_HELP) {
+        score_help(stdout);
+        return 0;
     }
-    if (!mo.dir && !mo.synthetic) return fail_usage("score", "give the model with -m DIR", NULL);
-    if (!text == !tokens_s) return fail_usage("score", "give exactly one of -p TEXT and --tokens LIST", NULL);
+    if (ar != MF_ARGS_OK) return fail_usage("score", err);
+    const model_opts mo = so.model;
+    const char *text = so.text, *out = so.logits_out;
+    const int bos = so.bos; // -1: the tokenizer's default
 
     mf_backend *be;
     mf_model *m;
-    if (open_model(&mo, true, &be, &m)) return 1;
+    if (open_model(&mo, true, &be, &m)) {
+        mf_score_opts_free(&so);
+        return 1;
+    }
     int rc = 1;
     mf_model_info info;
     mf_model_get_info(m, &info);
@@ -199,22 +155,14 @@ int mf_cmd_score(int argc, char **argv) {
             goto done;
         }
     } else {
-        T = 1;
-        for (const char *p = tokens_s; *p; p++) T += *p == ',';
-        ids = malloc((size_t)T * sizeof *ids);
-        const char *p = tokens_s;
-        for (int64_t i = 0; i < T; i++) {
-            char *end;
-            long long v = strtoll(p, &end, 10);
-            if (end == p || (*end != ',' && *end) || v < INT32_MIN || v > INT32_MAX) {
-                fprintf(stderr, "minfer: error: score: --tokens: bad id list at '%s'\n", p);
-                goto done;
-            }
-            ids[i] = (int32_t)v;
-            p = *end ? end + 1 : end;
-        }
+        ids = so.ids, T = so.n_ids; // parsed with the options; freed below
+        so.ids = NULL;
         if (bos == 1 && info.bos_id >= 0) { // --bos with --tokens: prepend it
             int32_t *b = malloc((size_t)(T + 1) * sizeof *b);
+            if (!b) {
+                fprintf(stderr, "minfer: error: score: out of memory for %lld token ids\n", (long long)T + 1);
+                goto done;
+            }
             b[0] = info.bos_id;
             memcpy(b + 1, ids, (size_t)T * sizeof *ids);
             free(ids);
@@ -291,25 +239,17 @@ static void info_help(FILE *f) {
 }
 
 int mf_cmd_model_info(int argc, char **argv) {
-    model_opts mo = {.dtype = MF_DTYPE_BF16};
-    int64_t batch = 1, seq = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int r = model_opt("info", argc, argv, &i, &mo);
-        if (r < 0) return 2;
-        if (r) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            info_help(stdout);
-            return 0;
-        }
-        if ((!strcmp(a, "--batch") || !strcmp(a, "--seq")) && i + 1 < argc) {
-            long long v = strtoll(argv[++i], NULL, 10);
-            if (v < 1) return fail_usage("info", "want a positive number after", a);
-            *(strcmp(a, "--batch") ? &seq : &batch) = v;
-            continue;
-        }
-        return fail_usage("info", "unknown or incomplete option", a);
+    mf_info_opts io;
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_info_args(argc, argv, &io, err);
+    if (ar == MF_ARGS_HELP) {
+        info_help(stdout);
+        return 0;
     }
+    if (ar != MF_ARGS_OK) return fail_usage("info", err);
+    const model_opts mo = io.model;
+    const int64_t batch = io.batch;
+    int64_t seq = io.seq;
     mf_backend *be;
     mf_model *m;
     if (open_model(&mo, false, &be, &m)) return 1;
@@ -602,39 +542,20 @@ static double peak_rss_mb(void) {
 }
 
 int mf_bench_model_main(int argc, char **argv) {
-    model_opts mo = {.dtype = MF_DTYPE_BF16, .seed = 1};
-    const char *fmt_s = "table", *batch_s = NULL, *seq_s = NULL;
-    int gen = 16, iters = 0;
-    bool profile = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int r = model_opt("bench model", argc, argv, &i, &mo);
-        if (r < 0) return 2;
-        if (r) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            bench_help(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--profile")) {
-            profile = true;
-            continue;
-        }
-        if ((!strcmp(a, "--batch") || !strcmp(a, "--seq") || !strcmp(a, "--format") || !strcmp(a, "--gen") ||
-             !strcmp(a, "--iters")) && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(a, "--batch")) batch_s = v;
-            else if (!strcmp(a, "--seq")) seq_s = v;
-            else if (!strcmp(a, "--format")) fmt_s = v;
-            else if (!strcmp(a, "--gen")) gen = atoi(v);
-            else iters = atoi(v);
-            continue;
-        }
-        return fail_usage("bench model", "unknown or incomplete option", a);
+    mf_bench_model_opts bo;
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_bench_model_args(argc, argv, &bo, err);
+    if (ar == MF_ARGS_HELP) {
+        bench_help(stdout);
+        return 0;
     }
-    mf_bench_format fmt;
-    if (!mf_bench_format_parse(fmt_s, &fmt)) return fail_usage("bench model", "--format wants table, csv or json, got", fmt_s);
-    if (gen < 1 || gen > 4096) return fail_usage("bench model", "--gen wants 1 .. 4096", NULL);
-    if (!mo.dir && !mo.synthetic) mo.synthetic = "small";
+    if (ar != MF_ARGS_OK) return fail_usage("bench model", err);
+    const model_opts mo = bo.model;
+    const char *batch_s = bo.batch_s, *seq_s = bo.seq_s; // NULL: the backend's defaults below
+    const int gen = bo.gen;
+    int iters = bo.iters;
+    const bool profile = bo.profile;
+    const mf_bench_format fmt = bo.fmt;
 
     mf_backend *be;
     mf_model *m;
@@ -655,7 +576,7 @@ int mf_bench_model_main(int argc, char **argv) {
     profiler prof;
     memset(&prof, 0, sizeof prof);
     if (!parse_list(batch_s, batches, &nb, 16) || !parse_list(seq_s, seqs, &ns, 16)) {
-        fail_usage("bench model", "--batch / --seq want comma-separated positive numbers", NULL);
+        fail_usage("bench model", "--batch / --seq want comma-separated positive numbers"); // checked by the parser
         goto out;
     }
     mf_model_info in;

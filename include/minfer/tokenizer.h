@@ -63,6 +63,8 @@ void mf_tokenizer_free(mf_tokenizer *tok); // NULL is fine
 // add_bos puts the BOS id first (MF_ERR_INVALID_ARG when the tokenizer has
 // none). *ids is allocated (release with mf_tokenizer_free_buffer; non-NULL
 // even when *n == 0), *n is its length. On failure *ids is NULL and *n 0.
+// MF_ERR_UNSUPPORTED when the normalizers or pre-tokenizers grow the text
+// more than 64-fold (only a hostile tokenizer.json does; decode likewise).
 mf_status mf_tokenizer_encode(const mf_tokenizer *tok, const char *text, size_t len, bool add_bos,
                               int32_t **ids, int64_t *n);
 

@@ -314,6 +314,7 @@ mf_status tk_decode_into(const mf_tokenizer *tok, const int32_t *ids, int64_t n,
         st = start_piece(&a);
         if (st == MF_OK) st = extend_last(&a, tok->id_text[ids[i]], tok->id_len[ids[i]]);
     }
+    int64_t bytes = a.buf.len; // the tokens' text (after ByteLevel when k0 == 1)
     for (int32_t k = k0; k < tok->n_decs && st == MF_OK; k++) {
         const tk_dec *d = &tok->decs[k];
         tk_pieces_clear(&b);
@@ -325,6 +326,7 @@ mf_status tk_decode_into(const mf_tokenizer *tok, const int32_t *ids, int64_t n,
         case TK_DEC_STRIP: st = dec_strip(d, &a, &b); break;
         case TK_DEC_METASPACE: st = dec_metaspace(d, &a, &b); break;
         }
+        if (st == MF_OK) st = tk_check_growth(bytes, b.buf.len, "decoders");
         tk_pieces t = a;
         a = b;
         b = t;

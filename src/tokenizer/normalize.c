@@ -108,6 +108,7 @@ mf_status tk_normalize(const tk_norm *v, int32_t count, pcre2_match_data *md, co
             }
             if (st == MF_OK) st = tk_buf_put(&tmp, out->p + pos, out->len - pos);
         }
+        if (st == MF_OK) st = tk_check_growth(n, tmp.len, "normalizers");
         if (st == MF_OK) {
             tk_buf sw = *out;
             *out = tmp;

@@ -345,6 +345,8 @@ static mf_status metaspace_piece(const tk_pre *pre, const char *s, int64_t n, bo
 
 mf_status tk_pretokenize(const tk_pre *v, int32_t count, pcre2_match_data *md, tk_pieces *in, tk_pieces *out,
                          tk_pieces *scratch) {
+    int64_t bytes = 0; // text in the pieces at the start
+    for (int64_t i = 0; i < in->n; i++) bytes += in->len[i];
     for (int32_t k = 0; k < count; k++) {
         tk_pieces_clear(out);
         for (int64_t i = 0; i < in->n; i++) {
@@ -357,6 +359,7 @@ mf_status tk_pretokenize(const tk_pre *v, int32_t count, pcre2_match_data *md, t
             case TK_PRE_METASPACE: MF_TRY(metaspace_piece(&v[k], s, n, first, scratch, out)); break;
             }
         }
+        MF_TRY(tk_check_growth(bytes, out->buf.len, "pre-tokenizers"));
         tk_pieces t = *in;
         *in = *out;
         *out = t;

@@ -10,6 +10,12 @@ void *tk_realloc(void *p, size_t bytes) {
     return realloc(p, bytes ? bytes : 1);
 }
 
+mf_status tk_check_growth(int64_t in, int64_t out, const char *what) {
+    if (out <= TK_MAX_GROWTH * in + TK_GROWTH_SLACK) return MF_OK;
+    return mf_fail(MF_ERR_UNSUPPORTED, "tokenizer: the %s grow %lld bytes of text to %lld (more than %dx + %d): refused",
+                   what, (long long)in, (long long)out, TK_MAX_GROWTH, TK_GROWTH_SLACK);
+}
+
 // Buffers keep TK_BUF_SLACK initialized bytes past the end: PCRE2's JIT reads
 // a little beyond a subject with vector loads, and every regex subject is a
 // tk_buf, so those reads see zeros (and valgrind sees defined memory).

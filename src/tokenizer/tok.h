@@ -40,6 +40,14 @@ mf_status tk_buf_put(tk_buf *b, const void *s, int64_t n);
 mf_status tk_ids_push(tk_ids *v, int32_t id);
 void *tk_realloc(void *p, size_t bytes); // realloc through the fault injector
 
+// Text that the normalizers, pre-tokenizers or decoders (`what`) grow from
+// `in` to `out` bytes past TK_MAX_GROWTH * in + TK_GROWTH_SLACK is refused
+// (MF_ERR_UNSUPPORTED): real tokenizers grow it at most ~4x (" " -> "▁",
+// NFC, the GPT-2 byte map), while a tokenizer.json with a chain of steps that
+// each double it would exhaust memory (found by fuzz_tokenizer_load).
+enum { TK_MAX_GROWTH = 64, TK_GROWTH_SLACK = 4096 };
+mf_status tk_check_growth(int64_t in, int64_t out, const char *what);
+
 // Length of the UTF-8 character at s[0..n) (1..4), or 1 for a byte that does
 // not start a valid character: invalid bytes are one-byte "characters".
 int tk_utf8_len(const unsigned char *s, int64_t n);

@@ -1,0 +1,149 @@
+// libFuzzer target: the CLI's option parsers (tools/cli_args.c) on argument
+// vectors. The input is split at NUL bytes into arguments, each copied into a
+// heap block of its exact size (ASan then sees any read past an argument),
+// and every parser runs on the same vector: generate, score, info, bench
+// model, bench softmax. Accepted options must hold what the commands rely on;
+// a refusal must come with a one-line message; nothing may leak.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_args.h"
+
+#define REQUIRE(c)         \
+    do {                   \
+        if (!(c)) abort(); \
+    } while (0)
+
+enum { kMaxArgs = 4096 };
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool is_argv(char **argv, int argc, const char *s) {
+    for (int i = 0; i < argc; i++)
+        if (argv[i] == s) return true;
+    return false;
+}
+
+static bool dtype_ok(mf_dtype d) { return d == MF_DTYPE_BF16 || d == MF_DTYPE_F16 || d == MF_DTYPE_F32; }
+
+static bool backend_ok(const char *b) { return !strcmp(b, "auto") || !strcmp(b, "cpu") || !strcmp(b, "cuda"); }
+
+// A refusal: a message, NUL-terminated within the buffer, on one line.
+static void check_err(mf_args_result r, const char *err) {
+    REQUIRE(r == MF_ARGS_OK || r == MF_ARGS_HELP || r == MF_ARGS_BAD);
+    if (r != MF_ARGS_BAD) return;
+    const char *end = memchr(err, 0, MF_ARGS_ERR_CAP);
+    REQUIRE(end && end > err);
+    for (const char *p = err; p < end; p++) REQUIRE((unsigned char)*p >= 0x20 && *p != 0x7f);
+}
+
+static void check_model(const mf_model_args *m, char **argv, int argc) {
+    REQUIRE(m->dir || m->synthetic);
+    REQUIRE(!m->dir || is_argv(argv, argc, m->dir));
+    REQUIRE(!m->backend || backend_ok(m->backend));
+    REQUIRE(dtype_ok(m->dtype));
+}
+
+static void run_generate(int argc, char **argv, char *err) {
+    mf_generate_opts o;
+    mf_args_result r = mf_parse_generate_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    REQUIRE(o.dir && o.prompt && is_argv(argv, argc, o.prompt));
+    REQUIRE(o.n >= 0 && o.n <= INT32_MAX);
+    REQUIRE(isfinite(o.sp.temperature) && o.sp.temperature >= 0);
+    REQUIRE(o.sp.top_k >= 0);
+    REQUIRE(o.sp.top_p >= 0 && o.sp.top_p <= 1 && o.sp.min_p >= 0 && o.sp.min_p <= 1);
+    REQUIRE(isfinite(o.sp.repetition_penalty) && o.sp.repetition_penalty >= 0);
+    REQUIRE(o.n_stop >= 0 && o.n_stop <= MF_ARGS_MAX_STOP);
+    for (int i = 0; i < o.n_stop; i++) REQUIRE(is_argv(argv, argc, o.stop[i]) && o.stop[i][0]);
+    REQUIRE(backend_ok(o.backend) && dtype_ok(o.dtype));
+    REQUIRE(o.bos == MF_BOS_AUTO || o.bos == MF_BOS_ADD || o.bos == MF_BOS_NONE);
+}
+
+static void run_score(int argc, char **argv, char *err) {
+    mf_score_opts o;
+    mf_args_result r = mf_parse_score_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) {
+        REQUIRE(o.ids == NULL); // nothing left to free
+        return;
+    }
+    check_model(&o.model, argv, argc);
+    REQUIRE(!o.text != !o.ids);
+    if (o.ids) {
+        REQUIRE(o.n_ids >= 1);
+        for (int64_t i = 0; i < o.n_ids; i++) REQUIRE(o.ids[i] >= 0);
+    }
+    REQUIRE(o.bos >= -1 && o.bos <= 1);
+    mf_score_opts_free(&o);
+}
+
+static void run_info(int argc, char **argv, char *err) {
+    mf_info_opts o;
+    mf_args_result r = mf_parse_info_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    check_model(&o.model, argv, argc);
+    REQUIRE(o.batch >= 1 && o.batch <= INT32_MAX);
+    REQUIRE(o.seq >= 0 && o.seq <= INT32_MAX);
+}
+
+static void run_bench_model(int argc, char **argv, char *err) {
+    mf_bench_model_opts o;
+    mf_args_result r = mf_parse_bench_model_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    check_model(&o.model, argv, argc);
+    REQUIRE(o.gen >= 1 && o.gen <= 4096 && o.iters >= 0 && o.iters <= 100000);
+    REQUIRE(o.n_batches >= 0 && o.n_batches <= MF_ARGS_MAX_LIST && o.n_seqs >= 0 && o.n_seqs <= MF_ARGS_MAX_LIST);
+    REQUIRE(!o.batch_s == !o.n_batches && !o.seq_s == !o.n_seqs);
+    for (int i = 0; i < o.n_batches; i++) REQUIRE(o.batches[i] >= 1 && o.batches[i] <= INT32_MAX);
+    for (int i = 0; i < o.n_seqs; i++) REQUIRE(o.seqs[i] >= 1 && o.seqs[i] <= INT32_MAX);
+    REQUIRE(o.fmt == MF_BENCH_TABLE || o.fmt == MF_BENCH_CSV || o.fmt == MF_BENCH_JSON);
+}
+
+static void run_bench_softmax(int argc, char **argv, char *err) {
+    mf_bench_softmax_opts o;
+    mf_args_result r = mf_parse_bench_softmax_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    REQUIRE(backend_ok(o.backend) && dtype_ok(o.dt));
+    REQUIRE(o.warmup == -1 || (o.warmup >= 0 && o.warmup <= 1000000));
+    REQUIRE(o.iters == -1 || (o.iters >= 1 && o.iters <= 1000000));
+    REQUIRE(isfinite(o.scale));
+    REQUIRE(o.max_mb == -1 || (isfinite(o.max_mb) && o.max_mb >= 0));
+    REQUIRE((o.fused || o.unfused) && (o.grid || o.sweep));
+    REQUIRE(o.fmt == MF_BENCH_TABLE || o.fmt == MF_BENCH_CSV || o.fmt == MF_BENCH_JSON);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    // argv[0 .. argc) are the pieces between NUL bytes (a trailing empty piece
+    // is kept: "" is an argument too; no input: argc 0); argv[argc] = NULL as in main().
+    int argc = size > 0;
+    for (size_t i = 0; i < size; i++) argc += data[i] == 0;
+    if (argc > kMaxArgs) return 0;
+    char **argv = calloc((size_t)argc + 1, sizeof *argv);
+    REQUIRE(argv);
+    const uint8_t *p = data, *end = data + size;
+    for (int i = 0; i < argc; i++) {
+        const uint8_t *z = memchr(p, 0, (size_t)(end - p));
+        const size_t len = z ? (size_t)(z - p) : (size_t)(end - p);
+        argv[i] = malloc(len + 1);
+        REQUIRE(argv[i]);
+        memcpy(argv[i], p, len);
+        argv[i][len] = 0;
+        p += len + (z != NULL);
+    }
+    char err[MF_ARGS_ERR_CAP];
+    run_generate(argc, argv, err);
+    run_score(argc, argv, err);
+    run_info(argc, argv, err);
+    run_bench_model(argc, argv, err);
+    run_bench_softmax(argc, argv, err);
+    for (int i = 0; i < argc; i++) free(argv[i]);
+    free(argv);
+    return 0;
+}

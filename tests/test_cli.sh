@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# CLI options through the real binary: each bad option must exit 2 with one
+# stderr line "minfer: error: <command>: ..." that names the flag (and the
+# value where there is one), and print nothing on stdout; --help exits 0; a
+# short generate on a fixture model works. The parsers themselves are fuzzed
+# by fuzz/fuzz_cli.c.
+#
+#   tests/test_cli.sh <minfer binary> <tests/fixtures>
+set -uo pipefail
+
+bin=${1:?usage: test_cli.sh <minfer binary> <fixtures dir>}
+fix=${2:?usage: test_cli.sh <minfer binary> <fixtures dir>}
+model=$fix/models/llama-tiny
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0 nbad=0
+
+# bad NEEDLE ARGS...: exit 2, stdout empty, exactly one stderr line with the prefix and NEEDLE.
+bad() {
+  local needle=$1
+  shift
+  nbad=$((nbad + 1))
+  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? lines why="" shown=${*//$'\n'/\\n}
+  lines=$(wc -l <"$tmp/err")
+  if [[ $rc -ne 2 ]]; then why="exit $rc (want 2)"
+  elif [[ -s $tmp/out ]]; then why="wrote to stdout"
+  elif [[ $lines -ne 1 ]]; then why="$lines stderr lines (want 1)"
+  elif ! grep -q '^minfer: error: ' "$tmp/err"; then why="no 'minfer: error: ' prefix"
+  elif ! grep -qF -- "$needle" "$tmp/err"; then why="message does not name '$needle'"
+  fi
+  if [[ -n $why ]]; then
+    fail=$((fail + 1))
+    echo "FAIL minfer $shown: $why: $(head -c 300 "$tmp/err")"
+  else
+    pass=$((pass + 1))
+    echo "ok   minfer $shown: $(cat "$tmp/err")"
+  fi
+}
+
+# good WHAT ARGS...: exit 0.
+good() {
+  local what=$1
+  shift
+  if "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; then
+    pass=$((pass + 1))
+    echo "ok   $what"
+  else
+    fail=$((fail + 1))
+    echo "FAIL $what: exit $?: $(tail -n 3 "$tmp/err")"
+  fi
+}
+
+m=(-m "$model")
+# ---- generate
+bad "-n 99999999999999999999: not an integer in" generate "${m[@]}" -p Hi -n 99999999999999999999
+bad "-n -1: not an integer" generate "${m[@]}" -p Hi -n -1
+bad "-n 12abc" generate "${m[@]}" -p Hi -n 12abc
+bad "-n needs a value" generate "${m[@]}" -p Hi -n
+bad "--temp nan: not a finite number" generate "${m[@]}" -p Hi --temp nan
+bad "--temp 1e999" generate "${m[@]}" -p Hi --temp 1e999
+bad "--temp 1e39: beyond the float range" generate "${m[@]}" -p Hi --temp 1e39
+bad "--temp -0.5: not >= 0" generate "${m[@]}" -p Hi --temp -0.5
+bad "--top-p 1.5: not in [0, 1]" generate "${m[@]}" -p Hi --top-p 1.5
+bad "--min-p x" generate "${m[@]}" -p Hi --min-p x
+bad "--top-k 2147483648" generate "${m[@]}" -p Hi --top-k 2147483648
+bad "--repeat-penalty -1" generate "${m[@]}" -p Hi --repeat-penalty -1
+bad "--seed -1: not an integer in [0, 2^64)" generate "${m[@]}" -p Hi --seed -1
+bad "--seed 18446744073709551616" generate "${m[@]}" -p Hi --seed 18446744073709551616
+bad "--stop wants a non-empty string" generate "${m[@]}" -p Hi --stop ""
+bad "more than 16 stop strings" generate "${m[@]}" -p Hi $(for i in $(seq 17); do echo --stop s$i; done)
+bad "--backend gpu: not auto, cpu or cuda" generate "${m[@]}" -p Hi --backend gpu
+bad "--dtype f8" generate "${m[@]}" -p Hi --dtype f8
+bad "unknown option --frobnicate" generate "${m[@]}" -p Hi --frobnicate
+bad "-p given twice" generate "${m[@]}" -p Hi -p again
+bad "give the prompt with -p" generate "${m[@]}"
+bad "give the model with -m" generate -p Hi
+bad "unknown option ?x?" generate "${m[@]}" -p Hi $'\nx\n'
+# ---- score
+bad "--tokens: item 1 'x'" score "${m[@]}" --tokens 1,x,3
+bad "--tokens: item 1 ''" score "${m[@]}" --tokens 1,,3
+bad "--tokens: item 0 '-5'" score "${m[@]}" --tokens -5
+bad "--tokens: item 0 '99999999999'" score "${m[@]}" --tokens 99999999999
+bad "--tokens: item 2 ''" score "${m[@]}" --tokens 1,2,
+bad "exactly one of -p TEXT and --tokens" score "${m[@]}" -p Hi --tokens 1
+bad "exactly one of -p TEXT and --tokens" score "${m[@]}"
+bad "--logits-out needs a value" score "${m[@]}" -p Hi --logits-out
+bad "--seed 1x" score --synthetic tiny -p Hi --seed 1x
+bad "unknown option --batch" score "${m[@]}" -p Hi --batch 2
+# ---- info
+bad "--batch 0: not an integer in [1, 2147483647]" info "${m[@]}" --batch 0
+bad "--batch 2147483648" info "${m[@]}" --batch 2147483648
+bad "--seq 12k" info "${m[@]}" --seq 12k
+bad "--dtype int8" info "${m[@]}" --dtype int8
+bad "--backend tpu" info "${m[@]}" --backend tpu
+bad "give the model with -m DIR or --synthetic" info --batch 2
+# ---- bench model
+bad "--gen 0: not an integer in [1, 4096]" bench model --gen 0
+bad "--gen 5000" bench model --gen 5000
+bad "--iters -3" bench model --iters -3
+bad "--batch 1,0" bench model --batch 1,0
+bad "--seq 128,,512" bench model --seq 128,,512
+bad "--batch 1,: ends with a comma" bench model --batch 1,
+bad "--seq 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17" bench model --seq 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
+bad "--format xml" bench model --format xml
+bad "unknown option --full" bench model --full
+# ---- bench softmax
+bad "--iters abc: not an integer in [1, 1000000]" bench softmax --iters abc
+bad "--iters 0" bench softmax --iters 0
+bad "--warmup -1" bench softmax --warmup -1
+bad "--scale inf: not a finite number" bench softmax --scale inf
+bad "--max-mb -5: not >= 0" bench softmax --max-mb -5
+bad "--variant both2" bench softmax --variant both2
+bad "--cases none" bench softmax --cases none
+bad "--mask upper" bench softmax --mask upper
+bad "--format yaml" bench softmax --format yaml
+bad "--csv needs a value" bench softmax --csv
+bad "unknown option --bogus" bench softmax --bogus 1
+bad "--iters x" bench --iters x
+bad "unknown benchmark 'gemm9'" bench gemm9
+# ---- the top level
+bad "unknown command 'frob'" frob
+
+good "minfer --help" --help
+good "minfer generate --help" generate --help
+good "minfer score --help" score --help
+good "minfer info --help" info --help
+good "minfer bench model --help" bench model --help
+good "minfer bench softmax --help" bench softmax --help
+good "minfer generate (llama-tiny, 4 tokens, greedy, cpu)" generate "${m[@]}" -p Hello -n 4 --temp 0 --seed 1 --backend cpu
+good "minfer score --tokens (llama-tiny, cpu)" score "${m[@]}" --tokens 1,5,7 --backend cpu
+good "minfer info -m (llama-tiny, cpu)" info "${m[@]}" --batch 2 --seq 64 --backend cpu
+
+echo "bad-input cases: $nbad"
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,418 @@
+// Option parsing of generate, score, info, bench model and bench softmax
+// (tools/cli_args.h). Plain C over argv: no library calls, so that
+// fuzz/fuzz_cli.c can run it on arbitrary argument vectors.
+#include "cli_args.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- messages and numbers ----------------------------------------------------------------
+
+// Formats the message into err and returns MF_ARGS_BAD. Arguments are shown
+// with "%.80s" by the callers; control bytes become '?', so the message is one
+// line whatever an argument holds.
+static mf_args_result bad(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static mf_args_result bad(char *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, MF_ARGS_ERR_CAP, fmt, ap);
+    va_end(ap);
+    for (unsigned char *p = (unsigned char *)err; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+    return MF_ARGS_BAD;
+}
+
+// The whole string is a base-10 integer in [lo, hi].
+static bool int_in(const char *s, int64_t lo, int64_t hi, int64_t *v) {
+    char *end;
+    errno = 0;
+    const long long x = strtoll(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi) return false;
+    *v = x;
+    return true;
+}
+
+// The whole string is a base-10 integer in [0, 2^64) (strtoull would wrap "-1").
+static bool u64_of(const char *s, uint64_t *v) {
+    const char *p = s;
+    while (*p == ' ' || (*p >= '\t' && *p <= '\r')) p++;
+    if (*p == '-') return false;
+    char *end;
+    errno = 0;
+    const unsigned long long x = strtoull(s, &end, 10);
+    if (end == s || *end || errno) return false;
+    *v = x;
+    return true;
+}
+
+// The whole string is a finite number.
+static bool finite_of(const char *s, double *v) {
+    char *end;
+    errno = 0;
+    const double x = strtod(s, &end);
+    if (end == s || *end || !isfinite(x)) return false;
+    if (errno == ERANGE && fabs(x) >= 1.0) return false; // overflow; underflow to ~0 is a number
+    *v = x;
+    return true;
+}
+
+// An integer option: *v in [lo, hi], or the message naming flag and range.
+static mf_args_result int_opt(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *v, char *err) {
+    if (int_in(s, lo, hi, v)) return MF_ARGS_OK;
+    return bad(err, "%s %.80s: not an integer in [%lld, %lld]", flag, s, (long long)lo, (long long)hi);
+}
+
+static mf_args_result int32_opt(const char *flag, const char *s, int64_t lo, int64_t hi, int *v, char *err) {
+    int64_t x;
+    if (int_opt(flag, s, lo, hi, &x, err)) return MF_ARGS_BAD;
+    *v = (int)x;
+    return MF_ARGS_OK;
+}
+
+// A number option in [lo, hi] (hi = INFINITY: no upper bound).
+static mf_args_result double_opt(const char *flag, const char *s, double lo, double hi, double *out, char *err) {
+    double x;
+    if (!finite_of(s, &x)) return bad(err, "%s %.80s: not a finite number", flag, s);
+    if (x < lo || x > hi) {
+        if (isinf(hi)) return bad(err, "%s %.80s: not >= %g", flag, s, lo);
+        return bad(err, "%s %.80s: not in [%g, %g]", flag, s, lo, hi);
+    }
+    *out = x;
+    return MF_ARGS_OK;
+}
+
+// The same for a float: beyond FLT_MAX it would become inf.
+static mf_args_result float_opt(const char *flag, const char *s, double lo, double hi, float *out, char *err) {
+    double x;
+    if (double_opt(flag, s, lo, hi, &x, err)) return MF_ARGS_BAD;
+    if (fabs(x) > FLT_MAX) return bad(err, "%s %.80s: beyond the float range", flag, s);
+    *out = (float)x;
+    return MF_ARGS_OK;
+}
+
+static bool dtype_of(const char *s, mf_dtype *dt) {
+    if (!strcmp(s, "bf16")) *dt = MF_DTYPE_BF16;
+    else if (!strcmp(s, "f16")) *dt = MF_DTYPE_F16;
+    else if (!strcmp(s, "f32")) *dt = MF_DTYPE_F32;
+    else return false;
+    return true;
+}
+
+static bool format_of(const char *s, mf_bench_format *f) {
+    if (!strcmp(s, "table")) *f = MF_BENCH_TABLE;
+    else if (!strcmp(s, "csv")) *f = MF_BENCH_CSV;
+    else if (!strcmp(s, "json")) *f = MF_BENCH_JSON;
+    else return false;
+    return true;
+}
+
+static bool backend_ok(const char *s) { return !strcmp(s, "auto") || !strcmp(s, "cpu") || !strcmp(s, "cuda"); }
+
+static bool is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
+
+static bool one_of(const char *a, const char *const *names) {
+    for (; *names; names++)
+        if (!strcmp(a, *names)) return true;
+    return false;
+}
+
+// ---- generate ----------------------------------------------------------------------------------
+
+mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o, char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_generate_opts){.backend = "auto", .dtype = MF_DTYPE_BF16, .n = 128, .bos = MF_BOS_AUTO};
+    o->sp = (mf_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                .repetition_penalty = 1.0f};
+    err[0] = 0;
+    static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--temp", "--top-k", "--top-p",
+                                         "--min-p", "--repeat-penalty", "--seed", "--stop", "--backend", "--dtype",
+                                         NULL};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) return MF_ARGS_HELP;
+        if (!strcmp(a, "--no-bos") || !strcmp(a, "--bos")) {
+            o->bos = !strcmp(a, "--bos") ? MF_BOS_ADD : MF_BOS_NONE;
+            continue;
+        }
+        if (!strcmp(a, "--ignore-eos")) {
+            o->ignore_eos = true;
+            continue;
+        }
+        if (!one_of(a, valued)) return bad(err, "unknown option %.80s (see minfer generate --help)", a);
+        if (i + 1 >= argc) return bad(err, "%s needs a value", a);
+        const char *v = argv[++i];
+        mf_args_result r = MF_ARGS_OK;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->dir = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (o->prompt) return bad(err, "one prompt only (%s given twice)", a);
+            o->prompt = v;
+        } else if (!strcmp(a, "-n")) {
+            r = int_opt(a, v, 0, INT32_MAX, &o->n, err);
+        } else if (!strcmp(a, "--temp")) {
+            r = float_opt(a, v, 0.0, INFINITY, &o->sp.temperature, err);
+        } else if (!strcmp(a, "--top-k")) {
+            int k = 0;
+            r = int32_opt(a, v, 0, INT32_MAX, &k, err);
+            if (r == MF_ARGS_OK) o->sp.top_k = k;
+        } else if (!strcmp(a, "--top-p")) {
+            r = float_opt(a, v, 0.0, 1.0, &o->sp.top_p, err);
+        } else if (!strcmp(a, "--min-p")) {
+            r = float_opt(a, v, 0.0, 1.0, &o->sp.min_p, err);
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            r = float_opt(a, v, 0.0, INFINITY, &o->sp.repetition_penalty, err);
+        } else if (!strcmp(a, "--seed")) {
+            if (!u64_of(v, &o->sp.seed)) return bad(err, "--seed %.80s: not an integer in [0, 2^64)", v);
+            o->seed_given = true;
+        } else if (!strcmp(a, "--stop")) {
+            if (o->n_stop == MF_ARGS_MAX_STOP) return bad(err, "--stop: more than %d stop strings", MF_ARGS_MAX_STOP);
+            if (!*v) return bad(err, "--stop wants a non-empty string");
+            o->stop[o->n_stop++] = v;
+        } else if (!strcmp(a, "--backend")) {
+            if (!backend_ok(v)) return bad(err, "--backend %.80s: not auto, cpu or cuda", v);
+            o->backend = v;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!dtype_of(v, &o->dtype)) return bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
+        }
+        if (r != MF_ARGS_OK) return r;
+    }
+    if (!o->dir) return bad(err, "give the model with -m DIR (see minfer generate --help)");
+    if (!o->prompt) return bad(err, "give the prompt with -p TEXT (see minfer generate --help)");
+    return MF_ARGS_OK;
+}
+
+// ---- the model options of score, info and bench model ----------------------------------------------
+
+// Consumes a model option at argv[*i]: MF_ARGS_OK with *taken set, or MF_ARGS_BAD.
+static mf_args_result model_opt(int argc, char **argv, int *i, mf_model_args *o, bool *taken, char *err) {
+    static const char *const names[] = {"-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn",
+                                        NULL};
+    const char *a = argv[*i];
+    *taken = one_of(a, names);
+    if (!*taken) return MF_ARGS_OK;
+    if (*i + 1 >= argc) return bad(err, "%s needs a value", a);
+    const char *v = argv[++*i];
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        o->dir = v;
+    } else if (!strcmp(a, "--synthetic")) {
+        o->synthetic = v;
+    } else if (!strcmp(a, "--backend")) {
+        if (!backend_ok(v)) return bad(err, "--backend %.80s: not auto, cpu or cuda", v);
+        o->backend = v;
+    } else if (!strcmp(a, "--seed")) {
+        if (!u64_of(v, &o->seed)) return bad(err, "--seed %.80s: not an integer in [0, 2^64)", v);
+    } else if (!strcmp(a, "--attn")) {
+        o->attn = v;
+    } else if (!dtype_of(v, &o->dtype)) {
+        return bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
+    }
+    return MF_ARGS_OK;
+}
+
+// ---- score ------------------------------------------------------------------------------------------
+
+// "1,2,3" -> ids in [0, 2^31).
+static mf_args_result parse_ids(const char *s, mf_score_opts *o, char *err) {
+    int64_t n = 1;
+    for (const char *p = s; *p; p++) n += *p == ',';
+    o->ids = malloc((size_t)n * sizeof *o->ids);
+    if (!o->ids) return bad(err, "--tokens: out of memory for %lld ids", (long long)n);
+    const char *p = s;
+    for (int64_t i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        const long long v = strtoll(p, &end, 10);
+        if (end == p || (*end != ',' && *end) || errno || v < 0 || v > INT32_MAX) {
+            const size_t len = strcspn(p, ",");
+            return bad(err, "--tokens: item %lld '%.*s' is not a token id in [0, 2147483647]", (long long)i,
+                       (int)(len < 80 ? len : 80), p);
+        }
+        o->ids[i] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    o->n_ids = n;
+    return MF_ARGS_OK;
+}
+
+void mf_score_opts_free(mf_score_opts *o) {
+    if (!o) return;
+    free(o->ids);
+    o->ids = NULL;
+    o->n_ids = 0;
+}
+
+mf_args_result mf_parse_score_args(int argc, char **argv, mf_score_opts *o, char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_score_opts){.model.dtype = MF_DTYPE_BF16, .bos = -1};
+    err[0] = 0;
+    const char *tokens = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool taken;
+        if (model_opt(argc, argv, &i, &o->model, &taken, err)) return MF_ARGS_BAD;
+        if (taken) continue;
+        if (is_help(a)) return MF_ARGS_HELP;
+        if (!strcmp(a, "--bos") || !strcmp(a, "--no-bos")) {
+            o->bos = !strcmp(a, "--bos");
+            continue;
+        }
+        if (!strcmp(a, "-p") || !strcmp(a, "--tokens") || !strcmp(a, "--logits-out")) {
+            if (i + 1 >= argc) return bad(err, "%s needs a value", a);
+            const char *v = argv[++i];
+            if (!strcmp(a, "-p")) o->text = v;
+            else if (!strcmp(a, "--tokens")) tokens = v;
+            else o->logits_out = v;
+            continue;
+        }
+        return bad(err, "unknown option %.80s (see minfer score --help)", a);
+    }
+    if (!o->model.dir && !o->model.synthetic) return bad(err, "give the model with -m DIR (see minfer score --help)");
+    if (!o->text == !tokens)
+        return bad(err, "give exactly one of -p TEXT and --tokens LIST (see minfer score --help)");
+    if (tokens && parse_ids(tokens, o, err)) {
+        mf_score_opts_free(o);
+        return MF_ARGS_BAD;
+    }
+    return MF_ARGS_OK;
+}
+
+// ---- info -m -----------------------------------------------------------------------------------------
+
+mf_args_result mf_parse_info_args(int argc, char **argv, mf_info_opts *o, char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_info_opts){.model.dtype = MF_DTYPE_BF16, .batch = 1};
+    err[0] = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool taken;
+        if (model_opt(argc, argv, &i, &o->model, &taken, err)) return MF_ARGS_BAD;
+        if (taken) continue;
+        if (is_help(a)) return MF_ARGS_HELP;
+        if (!strcmp(a, "--batch") || !strcmp(a, "--seq")) {
+            if (i + 1 >= argc) return bad(err, "%s needs a value", a);
+            if (int_opt(a, argv[++i], 1, INT32_MAX, !strcmp(a, "--batch") ? &o->batch : &o->seq, err))
+                return MF_ARGS_BAD;
+            continue;
+        }
+        return bad(err, "unknown option %.80s (see minfer info --help)", a);
+    }
+    if (!o->model.dir && !o->model.synthetic)
+        return bad(err, "give the model with -m DIR or --synthetic PRESET (see minfer info --help)");
+    return MF_ARGS_OK;
+}
+
+// ---- bench model ------------------------------------------------------------------------------------------
+
+// "1,4,8" -> v[0 .. *n), each in [1, 2^31), at most MF_ARGS_MAX_LIST.
+static mf_args_result list_opt(const char *flag, const char *s, int64_t *v, int *n, char *err) {
+    *n = 0;
+    const char *p = s;
+    do {
+        char *end;
+        errno = 0;
+        const long long x = strtoll(p, &end, 10);
+        if (end == p || (*end != ',' && *end) || errno || x < 1 || x > INT32_MAX || *n == MF_ARGS_MAX_LIST)
+            return bad(err, "%s %.80s: want up to %d comma-separated integers in [1, 2147483647]", flag, s,
+                       MF_ARGS_MAX_LIST);
+        v[(*n)++] = x;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return bad(err, "%s %.80s: ends with a comma", flag, s);
+    } while (*p);
+    return MF_ARGS_OK;
+}
+
+mf_args_result mf_parse_bench_model_args(int argc, char **argv, mf_bench_model_opts *o, char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_bench_model_opts){.model = {.dtype = MF_DTYPE_BF16, .seed = 1}, .fmt = MF_BENCH_TABLE, .gen = 16};
+    err[0] = 0;
+    static const char *const valued[] = {"--batch", "--seq", "--format", "--gen", "--iters", NULL};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool taken;
+        if (model_opt(argc, argv, &i, &o->model, &taken, err)) return MF_ARGS_BAD;
+        if (taken) continue;
+        if (is_help(a)) return MF_ARGS_HELP;
+        if (!strcmp(a, "--profile")) {
+            o->profile = true;
+            continue;
+        }
+        if (!one_of(a, valued)) return bad(err, "unknown option %.80s (see minfer bench model --help)", a);
+        if (i + 1 >= argc) return bad(err, "%s needs a value", a);
+        const char *v = argv[++i];
+        mf_args_result r = MF_ARGS_OK;
+        if (!strcmp(a, "--batch")) {
+            r = list_opt(a, v, o->batches, &o->n_batches, err);
+            o->batch_s = v;
+        } else if (!strcmp(a, "--seq")) {
+            r = list_opt(a, v, o->seqs, &o->n_seqs, err);
+            o->seq_s = v;
+        } else if (!strcmp(a, "--format")) {
+            if (!format_of(v, &o->fmt)) r = bad(err, "--format %.80s: not table, csv or json", v);
+        } else if (!strcmp(a, "--gen")) {
+            r = int32_opt(a, v, 1, 4096, &o->gen, err);
+        } else {
+            r = int32_opt(a, v, 1, 100000, &o->iters, err);
+        }
+        if (r != MF_ARGS_OK) return r;
+    }
+    if (!o->model.dir && !o->model.synthetic) o->model.synthetic = "small";
+    return MF_ARGS_OK;
+}
+
+// ---- bench softmax ------------------------------------------------------------------------------------------
+
+mf_args_result mf_parse_bench_softmax_args(int argc, char **argv, mf_bench_softmax_opts *o,
+                                           char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_bench_softmax_opts){.backend = "auto", .dt = MF_DTYPE_BF16, .fmt = MF_BENCH_TABLE, .fused = true,
+                                 .unfused = true, .grid = true, .sweep = true, .causal = true, .warmup = -1,
+                                 .iters = -1, .scale = 0.125f, .max_mb = -1};
+    err[0] = 0;
+    static const char *const valued[] = {"--backend", "--csv", "--json", "--warmup", "--iters", "--scale", "--max-mb",
+                                         "--dtype", "--variant", "--cases", "--mask", "--format", NULL};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) return MF_ARGS_HELP;
+        if (!strcmp(a, "--full")) {
+            o->full = true;
+            continue;
+        }
+        if (!one_of(a, valued)) return bad(err, "unknown option %.80s (see minfer bench softmax --help)", a);
+        if (i + 1 >= argc) return bad(err, "%s needs a value", a);
+        const char *v = argv[++i];
+        mf_args_result r = MF_ARGS_OK;
+        if (!strcmp(a, "--backend")) {
+            if (!backend_ok(v)) r = bad(err, "--backend %.80s: not auto, cpu or cuda", v);
+            o->backend = v;
+        } else if (!strcmp(a, "--csv")) {
+            o->csv = v;
+        } else if (!strcmp(a, "--json")) {
+            o->json = v;
+        } else if (!strcmp(a, "--warmup")) {
+            r = int32_opt(a, v, 0, 1000000, &o->warmup, err);
+        } else if (!strcmp(a, "--iters")) {
+            r = int32_opt(a, v, 1, 1000000, &o->iters, err);
+        } else if (!strcmp(a, "--scale")) {
+            r = float_opt(a, v, -INFINITY, INFINITY, &o->scale, err);
+        } else if (!strcmp(a, "--max-mb")) {
+            r = double_opt(a, v, 0.0, INFINITY, &o->max_mb, err);
+        } else if (!strcmp(a, "--dtype")) {
+            if (!dtype_of(v, &o->dt)) r = bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
+        } else if (!strcmp(a, "--variant")) {
+            if (!strcmp(v, "fused") || !strcmp(v, "unfused") || !strcmp(v, "both"))
+                o->fused = strcmp(v, "unfused") != 0, o->unfused = strcmp(v, "fused") != 0;
+            else r = bad(err, "--variant %.80s: not fused, unfused or both", v);
+        } else if (!strcmp(a, "--cases")) {
+            if (!strcmp(v, "grid") || !strcmp(v, "sweep") || !strcmp(v, "all"))
+                o->grid = strcmp(v, "sweep") != 0, o->sweep = strcmp(v, "grid") != 0;
+            else r = bad(err, "--cases %.80s: not grid, sweep or all", v);
+        } else if (!strcmp(a, "--mask")) {
+            if (!strcmp(v, "causal") || !strcmp(v, "none")) o->causal = !strcmp(v, "causal");
+            else r = bad(err, "--mask %.80s: not causal or none", v);
+        } else if (!format_of(v, &o->fmt)) {
+            r = bad(err, "--format %.80s: not table, csv or json", v);
+        }
+        if (r != MF_ARGS_OK) return r;
+    }
+    return MF_ARGS_OK;
+}
