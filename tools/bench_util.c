@@ -337,14 +337,6 @@ void mf_bench_table_print(const mf_bench_table *t, mf_bench_format fmt, FILE *f)
     free(w);
 }
 
-bool mf_bench_format_parse(const char *s, mf_bench_format *out) {
-    if (!strcmp(s, "table")) *out = MF_BENCH_TABLE;
-    else if (!strcmp(s, "csv")) *out = MF_BENCH_CSV;
-    else if (!strcmp(s, "json")) *out = MF_BENCH_JSON;
-    else return false;
-    return true;
-}
-
 void mf_bench_device_name(const mf_bench_timer *t, char *buf, size_t cap) {
     if (t->cuda) {
 #ifdef MF_HAVE_CUDA

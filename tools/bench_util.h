@@ -70,9 +70,6 @@ void mf_bench_table_print(const mf_bench_table *t, mf_bench_format fmt, FILE *f)
 // Leaves column `name` out of the aligned table (CSV and JSON keep it).
 void mf_bench_table_hide_in_table(mf_bench_table *t, const char *name);
 
-// "table" | "csv" | "json" -> format; false if unknown.
-bool mf_bench_format_parse(const char *s, mf_bench_format *out);
-
 // One line naming the device the numbers come from ("NVIDIA H100 80GB HBM3, 132 SMs,
 // 50 MB L2" or "cpu: 2 threads").
 void mf_bench_device_name(const mf_bench_timer *t, char *buf, size_t cap);

@@ -68,7 +68,7 @@ static mf_args_result int_opt(const char *flag, const char *s, int64_t lo, int64
 }
 
 static mf_args_result int32_opt(const char *flag, const char *s, int64_t lo, int64_t hi, int *v, char *err) {
-    int64_t x;
+    int64_t x = 0;
     if (int_opt(flag, s, lo, hi, &x, err)) return MF_ARGS_BAD;
     *v = (int)x;
     return MF_ARGS_OK;
@@ -76,7 +76,7 @@ static mf_args_result int32_opt(const char *flag, const char *s, int64_t lo, int
 
 // A number option in [lo, hi] (hi = INFINITY: no upper bound).
 static mf_args_result double_opt(const char *flag, const char *s, double lo, double hi, double *out, char *err) {
-    double x;
+    double x = 0;
     if (!finite_of(s, &x)) return bad(err, "%s %.80s: not a finite number", flag, s);
     if (x < lo || x > hi) {
         if (isinf(hi)) return bad(err, "%s %.80s: not >= %g", flag, s, lo);
@@ -88,7 +88,7 @@ static mf_args_result double_opt(const char *flag, const char *s, double lo, dou
 
 // The same for a float: beyond FLT_MAX it would become inf.
 static mf_args_result float_opt(const char *flag, const char *s, double lo, double hi, float *out, char *err) {
-    double x;
+    double x = 0;
     if (double_opt(flag, s, lo, hi, &x, err)) return MF_ARGS_BAD;
     if (fabs(x) > FLT_MAX) return bad(err, "%s %.80s: beyond the float range", flag, s);
     *out = (float)x;

@@ -54,8 +54,11 @@ int main(int argc, char **argv) {
     // libgomp reads OMP_WAIT_POLICY when it is loaded, before main. Its default
     // spin-waiting fights OpenBLAS's own threads for the cores and made CPU
     // decode steps 5-15x slower on a 2-core machine (docs/notes/model.md); so
-    // unless the user chose a policy, start again with PASSIVE.
-    if (!getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
+    // unless the user chose a policy, start again with PASSIVE. Not under
+    // valgrind, whose /proc/self/exe is the tool itself (it preloads vgpreload_*).
+    const char *preload = getenv("LD_PRELOAD");
+    if (!getenv("OMP_WAIT_POLICY") && !(preload && strstr(preload, "vgpreload")) &&
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
         execv("/proc/self/exe", argv); // on failure: carry on with the default policy
     if (argc < 2) {
         usage(stderr);

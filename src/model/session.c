@@ -89,6 +89,12 @@ static mf_status check_size(const char *fn, const mf_model *m, int32_t max_batch
                        "%s: max_seq %lld exceeds the model's sliding window %lld (sliding-window attention is not "
                        "implemented: use max_seq <= %lld)",
                        fn, (long long)max_seq, (long long)sp->sliding_window, (long long)sp->sliding_window);
+    // The KV cache's byte count (and the scratch sized from the same
+    // dimensions) must fit in int64: 2^62 bytes is far beyond any device.
+    double kv = 2.0 * sp->n_layers * (double)max_batch * (double)max_seq * sp->n_kv_heads * sp->head_dim * 4.0;
+    if (kv > 4611686018427387904.0) // 2^62
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: max_batch %d x max_seq %lld needs a %.3g-byte KV cache (over 2^62)",
+                       fn, max_batch, (long long)max_seq, kv);
     return MF_OK;
 }
 
