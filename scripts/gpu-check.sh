@@ -10,7 +10,7 @@
 #   summary.txt  the table below plus device/commit/date
 #   build.log    dependency setup, configure, build
 #   ctest.log    ctest --output-on-failure
-#   memcheck.log compute-sanitizer --tool memcheck on test_ops --backend cuda
+#   memcheck.log compute-sanitizer memcheck, racecheck, initcheck on test_ops --backend cuda
 #   pytest.log   pytest -v tests/python (torch CUDA tests included)
 #   bench.log, bench_*.csv  only if `minfer bench` exists (called as
 #                `minfer bench --csv FILE`) and/or bench/*_peers.py exist
@@ -272,11 +272,22 @@ stage_memcheck() {
   [[ -n $test_ops ]] || { note="test_ops not built"; return 1; }
   local filt=()
   [[ -n ${MF_GPU_MEMCHECK_FILTER:-} ]] && filt=(--filter "$MF_GPU_MEMCHECK_FILTER")
-  timeout "$tmo" "$cs" --tool memcheck --leak-check full --error-exitcode 86 "$test_ops" --backend cuda "${filt[@]}"
-  local rc=$?
-  note="$(grep -h 'ERROR SUMMARY' "$out/memcheck.log" | tail -n1 | sed 's/^=* *//'); $(grep -E '[0-9]+ passed' "$out/memcheck.log" | tail -n1)"
-  ((rc == 124)) && note="timed out after ${tmo}s (MF_GPU_TIMEOUT, MF_GPU_MEMCHECK_FILTER); $note"
-  return $(( rc ? 1 : 0 ))
+  # memcheck over the op tests, then racecheck (shared-memory hazards) and
+  # initcheck (reads of uninitialised device memory) over the same cases.
+  local tool rc=0 r summary
+  for tool in memcheck racecheck initcheck; do
+    echo "----- compute-sanitizer --tool $tool"
+    local extra=()
+    [[ $tool == memcheck ]] && extra=(--leak-check full)
+    timeout "$tmo" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 86 "$test_ops" --backend cuda "${filt[@]}"
+    r=$?
+    summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$out/memcheck.log" | tail -n1 | sed 's/^=* *//')
+    ((r == 124)) && summary="timed out after ${tmo}s"
+    note+="$tool: ${summary:-rc $r}; "
+    ((r)) && rc=1
+  done
+  note+="$(grep -E '[0-9]+ passed' "$out/memcheck.log" | tail -n1)"
+  return $rc
 }
 : >"$out/memcheck.log"
 stage memcheck "$out/memcheck.log" stage_memcheck

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ops/check.h"
+#include "ops/overlap.h"
 
 mf_status mf_check_call(const mf_backend *be, const void *args, const char *op) {
     if (!be) return mf_fail(MF_ERR_INVALID_ARG, "%s: backend is NULL", op);
@@ -32,13 +33,6 @@ mf_status mf_check_ndim(const mf_tensor *t, int32_t want, const char *op, const 
     return MF_OK;
 }
 
-static bool same_view(const mf_tensor *a, const mf_tensor *b) {
-    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->stride[i] != b->stride[i])) return false;
-    return true;
-}
-
 static bool overlaps(const mf_tensor *a, const mf_tensor *b) {
     int64_t na = mf_tensor_span_bytes(a), nb = mf_tensor_span_bytes(b);
     if (na == 0 || nb == 0) return false;
@@ -48,7 +42,7 @@ static bool overlaps(const mf_tensor *a, const mf_tensor *b) {
 
 mf_status mf_check_alias(const mf_tensor *a, const mf_tensor *b, const char *op, const char *na,
                          const char *nb) {
-    if (overlaps(a, b) && !same_view(a, b))
+    if (overlaps(a, b) && !mf_views_same(a, b))
         return mf_fail(MF_ERR_INVALID_ARG, "%s: %s and %s overlap in memory without being the same view", op,
                        na, nb);
     return MF_OK;

@@ -2,29 +2,8 @@
 #include <math.h>
 
 #include "ops/check.h"
+#include "ops/overlap.h"
 #include "ops/softmax_geom.h"
-
-// True when no two elements of t share an address (so writes cannot race):
-// the dims of size > 1, taken by increasing stride, each step over the span
-// of the dims inside it. Sufficient, not necessary (interleaved views fail).
-static bool no_self_overlap(const mf_tensor *t) {
-    int idx[MF_MAX_DIMS], n = 0;
-    for (int d = 0; d < t->ndim; d++)
-        if (t->shape[d] > 1) idx[n++] = d;
-    for (int a = 1; a < n; a++) // insertion sort by stride, n <= 4
-        for (int b = a; b > 0 && t->stride[idx[b]] < t->stride[idx[b - 1]]; b--) {
-            int tmp = idx[b];
-            idx[b] = idx[b - 1];
-            idx[b - 1] = tmp;
-        }
-    int64_t span = 1; // elements covered by the dims already visited
-    for (int k = 0; k < n; k++) {
-        const int d = idx[k];
-        if (t->stride[d] < span) return false;
-        span += (t->shape[d] - 1) * t->stride[d];
-    }
-    return true;
-}
 
 static const char *dim_name(int nd, int d) {
     static const char *n4[4] = {"batch", "heads", "q_len", "k_len"};
@@ -98,7 +77,7 @@ mf_status mf_softmax(mf_backend *be, const mf_softmax_args *p) {
     if (cols > 1 && p->y.stride[nd - 1] != 1)
         return mf_fail(MF_ERR_UNSUPPORTED, "softmax: y stride[-1] = %lld (want 1: rows must be contiguous)",
                        (long long)p->y.stride[nd - 1]);
-    if (!no_self_overlap(&p->y))
+    if (!mf_view_no_self_overlap(&p->y))
         return mf_fail(MF_ERR_INVALID_ARG, "softmax: y's strides make its rows overlap (writes would race)");
     MF_TRY(mf_check_alias(&p->y, &p->x, op, "y", "x"));
     if (!isfinite(p->scale))
