@@ -33,6 +33,10 @@ struct mf_backend {
     mf_status (*rope)(mf_backend *be, const mf_rope_args *args);
     mf_status (*act)(mf_backend *be, const mf_act_args *args);
     mf_status (*copy_tensor)(mf_backend *be, const mf_copy_args *args);
+    mf_status (*attention)(mf_backend *be, const mf_attention_args *args);
+    // bytes of split-KV workspace attention could use for args (NULL entry: 0)
+    mf_status (*attention_workspace)(mf_backend *be, const mf_attention_args *args, size_t *bytes);
+    mf_status (*kv_write)(mf_backend *be, const mf_kv_write_args *args);
 };
 
 mf_status mf_backend_cpu_create(mf_backend **out);

@@ -172,6 +172,96 @@ typedef struct {
 
 mf_status mf_copy(mf_backend *be, const mf_copy_args *args);
 
+// ---------------------------------------------------------------------------
+// Attention, FlashAttention-style: an online softmax over key blocks, so the
+// (q_len, k_len) scores are never materialised and memory grows linearly
+// with the sequence:
+//   o[t, h, :] = sum_j p_j v[j, h / grp, :],
+//   p = softmax_j(scale * q[t, h, :] . k[j, h / grp, :])  over the visible keys j
+//   grp = n_heads / n_kv_heads (GQA; MQA when n_kv_heads == 1); n_heads %
+//   n_kv_heads != 0 is MF_ERR_INVALID_ARG.
+// Three ways to give the `batch` sequences (b in [0, batch)):
+//   fixed:  q, o (batch, q_len, n_heads, D); k, v (batch, k_len, n_kv_heads, D);
+//           cu_seqlens_q, cu_seqlens_k, k_lens all NULL.
+//   packed (varlen): q, o (total_q, n_heads, D); k, v (total_k, n_kv_heads, D);
+//           sequence b is q rows [cu_seqlens_q[b], cu_seqlens_q[b+1]) against
+//           k/v rows [cu_seqlens_k[b], cu_seqlens_k[b+1]); zero-length
+//           sequences are allowed (no rows, or rows that see no key).
+//   cache:  q, o (total_q, n_heads, D) with cu_seqlens_q; k, v (n_slots,
+//           max_len, n_kv_heads, D), the KV cache; sequence b reads keys
+//           [0, k_lens[b]) of slot slots[b] (slots NULL: slot b). Values past
+//           k_lens[b] (even NaN) never reach the output.
+//   The index arrays are i32 on the backend's device, so that a decode step
+//   can be captured once (CUDA Graphs) and replayed with new lengths.
+//   max_q_len / max_k_len: host upper bounds of every q_len_b / k_len_b
+//   (packed and cache modes; size the launch and the KV split). A length
+//   past its bound, a decreasing cu_seqlens, a k_len past max_len or a slot
+//   outside [0, n_slots) is an error: at once on the CPU; on CUDA the
+//   sequence's rows are zero-filled and the next mf_backend_sync returns
+//   MF_ERR_INVALID_ARG.
+// Strides: the last dim (D) has stride 1; other strides are free (q may be
+//   the q columns of a fused q|k|v GEMM output). o must not overlap q, k, v.
+// Masks (i: query row within its sequence, j: key index, off = k_len - q_len):
+//   causal: key j is visible iff j <= i + off (bottom-right aligned, as decode
+//           over a KV cache needs; q_len > k_len leaves the first rows blind).
+//   window > 0 (causal only): also j > i + off - window, i.e. each query sees
+//           at most `window` keys ending at its own position (HF's
+//           sliding_window). 0: no window.
+//   A query that sees no key gives o = 0 (and lse = -inf), never NaN.
+// lse: NULL, or (total_q, n_heads) f32 (fixed: (batch, q_len, n_heads)):
+//   the natural log of sum_j exp(scale * q . k_j) over the visible keys.
+// Dtypes: q, k, v, o share one of f32, f16, bf16; math and accumulation f32.
+// head_dim D: the CPU takes any; CUDA takes 64 and 128 (and those its
+//   dispatch lists), anything else is MF_ERR_UNSUPPORTED naming D.
+// Split-KV (decode): partial results go to `workspace` (device memory of
+//   workspace_bytes; mf_attention_workspace says how much the widest split
+//   needs). With less (or none) the op uses fewer splits, never fails for
+//   it. num_splits > 0 fixes the split count (deterministic across devices
+//   and runs, capped by the workspace); 0 lets the dispatch choose.
+typedef struct {
+    mf_tensor q, k, v, o;
+    const mf_tensor *lse;          // NULL: not written
+    const mf_tensor *cu_seqlens_q; // (batch + 1) i32, packed and cache modes
+    const mf_tensor *cu_seqlens_k; // (batch + 1) i32, packed mode
+    const mf_tensor *k_lens;       // (batch) i32, cache mode
+    const mf_tensor *slots;        // (batch) i32, cache mode; NULL: slot b
+    int32_t batch;                 // sequences (fixed mode: q.shape[0])
+    int64_t max_q_len, max_k_len;  // host bounds (packed and cache modes)
+    float scale;                   // finite; usually 1 / sqrt(D)
+    bool causal;
+    int64_t window;                // 0: none; > 0 with causal only
+    int32_t num_splits;            // 0: auto; > 0: fixed
+    void *workspace;               // device scratch for split-KV partials, or NULL
+    size_t workspace_bytes;
+} mf_attention_args;
+
+mf_status mf_attention(mf_backend *be, const mf_attention_args *args);
+// Workspace bytes the op could use for these arguments (0 on the CPU).
+mf_status mf_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes);
+
+// ---------------------------------------------------------------------------
+// KV-cache write (a scatter over all sequences of a step), with RoPE fused:
+//   k_cache[slot[t], pos[t]] = rope(k[t], pos[t]);  v_cache[slot[t], pos[t]] = v[t]
+//   q[t] = rope(q[t], pos[t]) in place, when q is given
+//   k, v: (n_tokens, n_kv_heads, D); q: (n_tokens, n_heads, D); stride[-1] == 1,
+//         other strides free (the columns of a q|k|v GEMM output)
+//   k_cache, v_cache: (n_slots, max_len, n_kv_heads, D), stride[-1] == 1
+//   slot, pos: (n_tokens) i32 on the device. A slot or position out of range is
+//         an error (CPU: at once; CUDA: the row is skipped and the next
+//         mf_backend_sync returns MF_ERR_INVALID_ARG).
+//   inv_freq: (rot_dim / 2) f32, the rotation of mf_rope (HF rotate_half, dims
+//         >= rot_dim untouched); NULL: no RoPE (q must then be NULL).
+//   Dtypes: k, v any float; the caches share one float dtype; math in f32.
+typedef struct {
+    mf_tensor k, v;
+    mf_tensor k_cache, v_cache;
+    mf_tensor slot, pos;
+    const mf_tensor *q;        // NULL: none
+    const mf_tensor *inv_freq; // NULL: no RoPE
+} mf_kv_write_args;
+
+mf_status mf_kv_write(mf_backend *be, const mf_kv_write_args *args);
+
 #ifdef __cplusplus
 }
 #endif
