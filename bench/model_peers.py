@@ -61,7 +61,7 @@ Method (everything under torch.inference_mode(), input ids uniform random):
 --minfer BUILD runs `BUILD/minfer bench model --synthetic CONFIG --batch B
 --seq S --gen N --iters I --dtype D --format csv` per config (after the HF
 models are freed) and maps its rows into the same columns as impl
-"minfer_classic": fwd_ms (median) -> prefill_ms_p50 (minfer reports no
+"minfer_<attn>": fwd_ms (median) -> prefill_ms_p50 (minfer reports no
 percentiles), dec_tok/s -> decode_tok_s, dec_ms -> decode_ms_step, ttft_ms,
 mem_MB (weights + session as planned, not a measured peak) / 1e3 ->
 peak_mem_gb. Sizes minfer skips (its session does not fit) are rows with
@@ -425,11 +425,11 @@ def minfer_calls(todo):
     return calls
 
 
-def minfer_cmd(a, name, bs, ss):
+def minfer_cmd(a, name, bs, ss, attn):
     exe = os.path.join(a.minfer, "minfer")
     return [exe, "bench", "model", "--synthetic", name, "--batch", ",".join(map(str, bs)), "--seq",
             ",".join(map(str, ss)), "--gen", str(a.gen), "--iters", str(a.minfer_iters), "--dtype", a.dtype,
-            "--backend", "cpu" if a.device == "cpu" else "cuda", "--format", "csv"]
+            "--backend", "cpu" if a.device == "cpu" else "cuda", "--attn", attn, "--format", "csv"]
 
 
 def f(row, key):
@@ -439,16 +439,17 @@ def f(row, key):
         return None
 
 
-def run_minfer(a, name, bs, ss, base):
-    """Rows of one `minfer bench model` call, in this script's columns."""
-    cmd = minfer_cmd(a, name, bs, ss)
+def run_minfer(a, name, bs, ss, base, attn):
+    """Rows of one `minfer bench model --attn ATTN` call, in this script's columns (impl minfer_ATTN)."""
+    impl = f"minfer_{attn}"
+    cmd = minfer_cmd(a, name, bs, ss, attn)
     print("model_peers: " + " ".join(cmd), file=sys.stderr, flush=True)
     rows, seen = [], set()
     note = "minfer: peak_mem_gb = weights + session (KV cache, scratch) as planned, not measured"
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.minfer_timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return [dict(base, impl="minfer_classic", config=name, batch=b, seq=s, status=f"error: {e}"[:200])
+        return [dict(base, impl=impl, config=name, batch=b, seq=s, status=f"error: {e}"[:200])
                 for b in bs for s in ss]
     for r in csv.DictReader(p.stdout.splitlines()):
         try:
@@ -457,7 +458,7 @@ def run_minfer(a, name, bs, ss, base):
             continue
         seen.add((b, s))
         mem = f(r, "mem_MB")
-        rows.append(dict(base, device=r.get("device") or base["device"], impl="minfer_classic", config=name, batch=b,
+        rows.append(dict(base, device=r.get("device") or base["device"], impl=impl, config=name, batch=b,
                          seq=s, dtype=r.get("dtype", a.dtype), prefill_ms_p50=f(r, "fwd_ms"),
                          prefill_tok_s=f(r, "prefill_tok/s"), decode_tok_s=f(r, "dec_tok/s"), ttft_ms=f(r, "ttft_ms"),
                          decode_ms_step=f(r, "dec_ms"), peak_mem_gb=mem / 1e3 if mem is not None else None,
@@ -469,7 +470,7 @@ def run_minfer(a, name, bs, ss, base):
         for s in ss:
             if (b, s) not in seen:
                 why = f"skipped: {skipped[(b, s)]}" if (b, s) in skipped else f"error: {last.strip()}"
-                rows.append(dict(base, impl="minfer_classic", config=name, batch=b, seq=s, status=why[:300]))
+                rows.append(dict(base, impl=impl, config=name, batch=b, seq=s, status=why[:300]))
     return rows
 
 
@@ -514,18 +515,19 @@ def summary(rows):
         print(f"{r['impl']:>15} {r['config']:>9} {r['batch']:5d} {r['seq']:5d} {fmt(r.get('prefill_ms_p50')):>10} "
               f"{fmt(r.get('prefill_tok_s')):>13} {fmt(r.get('decode_tok_s')):>12} {fmt(r.get('ttft_ms')):>9} "
               f"{fmt(r.get('peak_mem_gb')):>7}  {r['status']}")
-    mi = {(r["config"], r["batch"], r["seq"]): r for r in rows if r["impl"] == "minfer_classic" and r["status"] == "ok"}
-    if not mi:
-        return
-    print("\nminfer_classic speed-up over HF (prefill: HF ms / minfer ms; decode: minfer tok/s / HF tok/s):")
-    for r in rows:
-        m = mi.get((r["config"], r["batch"], r["seq"]))
-        if r["impl"] == "minfer_classic" or not m or r["status"] != "ok":
+    for mimpl in sorted({r["impl"] for r in rows if r["impl"].startswith("minfer_")}):
+        mi = {(r["config"], r["batch"], r["seq"]): r for r in rows if r["impl"] == mimpl and r["status"] == "ok"}
+        if not mi:
             continue
-        pre = r["prefill_ms_p50"] / m["prefill_ms_p50"] if m.get("prefill_ms_p50") else None
-        dec = m["decode_tok_s"] / r["decode_tok_s"] if m.get("decode_tok_s") and r.get("decode_tok_s") else None
-        print(f"  {r['config']:>9} b{r['batch']:<3d} s{r['seq']:<5d} vs {r['impl']:<9}: prefill x{fmt(pre)}, "
-              f"decode x{fmt(dec)}")
+        print(f"\n{mimpl} speed-up over HF (prefill: HF ms / minfer ms; decode: minfer tok/s / HF tok/s):")
+        for r in rows:
+            m = mi.get((r["config"], r["batch"], r["seq"]))
+            if r["impl"].startswith("minfer_") or not m or r["status"] != "ok":
+                continue
+            pre = r["prefill_ms_p50"] / m["prefill_ms_p50"] if m.get("prefill_ms_p50") else None
+            dec = m["decode_tok_s"] / r["decode_tok_s"] if m.get("decode_tok_s") and r.get("decode_tok_s") else None
+            print(f"  {r['config']:>9} b{r['batch']:<3d} s{r['seq']:<5d} vs {r['impl']:<9}: prefill x{fmt(pre)}, "
+                  f"decode x{fmt(dec)}")
 
 
 # ---- main ----------------------------------------------------------------------------------------------
@@ -551,6 +553,8 @@ def main():
     ap.add_argument("--out", help="CSV (default docs/results/model.csv; on --device cpu out/model_cpu_smoke.csv)")
     ap.add_argument("--append", action="store_true", help="append to --out instead of overwriting it")
     ap.add_argument("--minfer", metavar="BUILD_DIR", help="also run BUILD_DIR/minfer bench model on the same cases")
+    ap.add_argument("--minfer-attn", default="flash,classic",
+                    help="comma-separated attention paths of minfer to run (flash, classic): impl minfer_<attn>")
     ap.add_argument("--minfer-iters", type=int, default=5)
     ap.add_argument("--minfer-timeout", type=float, default=3600, help="seconds per minfer call")
     ap.add_argument("--threads", type=int, default=1, help="--device cpu: torch threads (1: no spinning)")
@@ -636,10 +640,11 @@ def main():
             free_cuda(torch, dev)
         if a.minfer:  # after the HF models of this config are gone
             for cname, bs, ss in minfer_calls([(n, b, s) for n, b, s in todo if n == name]):
-                base = dict(device=device_name, commit=cm, date=utc_now(), dtype=a.dtype, gen=a.gen)
-                for r in run_minfer(a, cname, bs, ss, base):
-                    r["est_mem_gb"] = None
-                    sink.add(r)
+                for attn in [x for x in a.minfer_attn.split(",") if x]:
+                    base = dict(device=device_name, commit=cm, date=utc_now(), dtype=a.dtype, gen=a.gen)
+                    for r in run_minfer(a, cname, bs, ss, base, attn):
+                        r["est_mem_gb"] = None
+                        sink.add(r)
     sink.fh.close()
     summary(sink.rows)
     print(f"\nmodel_peers: {len(sink.rows)} rows -> {out}", file=sys.stderr)

@@ -267,7 +267,8 @@ static double ref_act(mf_dec_act a, double x) {
     return x;
 }
 
-// out (T, hidden) = attention block of x (T, hidden), positions 0..T-1.
+// out (T, hidden) = attention block of x (T, hidden), positions 0..T-1 (each
+// query sees its last sliding_window keys when the spec has a window).
 static void ref_attention(const mf_model *m, int32_t l, const double *x, int64_t T, double *out) {
     const mf_dec_spec *sp = &m->spec;
     const mf_layer_weights *L = &m->w.layers[l];
@@ -292,14 +293,15 @@ static void ref_attention(const mf_model *m, int32_t l, const double *x, int64_t
         const int64_t g = hd / (H / G);
         for (int64_t t = 0; t < T; t++) {
             double mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j <= t; j++) {
+            const int64_t j0 = sp->sliding_window > 0 && t >= sp->sliding_window ? t - sp->sliding_window + 1 : 0;
+            for (int64_t j = j0; j <= t; j++) {
                 double d = 0;
                 for (int64_t i = 0; i < D; i++) d += qkv[t * W + hd * D + i] * qkv[j * W + H * D + g * D + i];
                 sc[j] = d / sqrt((double)D);
                 if (sc[j] > mx) mx = sc[j];
             }
-            for (int64_t j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
-            for (int64_t j = 0; j <= t; j++)
+            for (int64_t j = j0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+            for (int64_t j = j0; j <= t; j++)
                 for (int64_t i = 0; i < D; i++)
                     ctx[t * H * D + hd * D + i] += sc[j] / sum * qkv[j * W + (H + G) * D + g * D + i];
         }
@@ -363,12 +365,19 @@ static void ref_forward(const mf_model *m, const int32_t *tok, int64_t T, double
     free(x), free(n), free(a);
 }
 
-static void test_reference(mf_backend *cpu, const char *preset) {
-    char name[128];
-    snprintf(name, sizeof name, "reference(%s)", preset);
+// The whole forward of a synthetic preset against the float64 reference, on
+// the attention path `attn` ("flash" | "classic"), with the spec's sliding
+// window set to W (0: none): all-position logits in one prefill, then a
+// prefill of 12 tokens followed by one-token decode steps over the cache,
+// each step's logits against the reference's row.
+static void test_reference(mf_backend *cpu, const char *preset, const char *attn, int64_t W) {
+    char name[160];
+    snprintf(name, sizeof name, "reference(%s,attn=%s,window=%lld)", preset, attn, (long long)W);
     mf_model *m = NULL;
-    if (!check_ok(name, mf_model_synthetic(preset, 7, cpu, NULL, &m))) return;
-    const int64_t T = 19, V = m->spec.vocab;
+    const mf_model_opts mo = {.dtype = MF_DTYPE_F32, .attn = attn};
+    if (!check_ok(name, mf_model_synthetic(preset, 7, cpu, &mo, &m))) return;
+    m->spec.sliding_window = W;
+    const int64_t T = 19, V = m->spec.vocab, P = 12;
     int32_t tok[19];
     fill_tokens(tok, T, V, 11);
     float *got = malloc((size_t)(T * V) * sizeof *got);
@@ -378,6 +387,25 @@ static void test_reference(mf_backend *cpu, const char *preset) {
         ref_forward(m, tok, T, ref);
         const double e = row_rel_err(got, ref, NULL, T, V);
         report(e <= 1e-4, name, "all-position logits vs float64 reference: max row rel err %.2e (tol 1e-4)", e);
+        if (W > 0) { // the window must matter, or this case could not fail
+            double *full = malloc((size_t)(T * V) * sizeof *full);
+            m->spec.sliding_window = 0;
+            ref_forward(m, tok, T, full);
+            m->spec.sliding_window = W;
+            const double d = row_rel_err(got, full, NULL, T, V);
+            report(d > 1e-2, name, "differs from full attention: max row rel err %.2e (want > 1e-2)", d);
+            free(full);
+        }
+        double worst = 0;
+        bool ok = check_ok(name, mf_session_reset(s, -1)) && check_ok(name, fwd1(s, 0, tok, P, MF_LOGITS_LAST, got));
+        for (int64_t t = P - 1; ok && t < T; t++) {
+            if (t >= P) ok = check_ok(name, fwd1(s, 0, tok + t, 1, MF_LOGITS_LAST, got));
+            const double et = ok ? row_rel_err(got, ref + t * V, NULL, 1, V) : 1.0;
+            if (et > worst) worst = et;
+        }
+        if (ok)
+            report(worst <= 1e-4, name, "prefill %lld + %lld decode steps vs reference: max row rel err %.2e (tol 1e-4)",
+                   (long long)P, (long long)(T - P), worst);
     }
     mf_session_free(s);
     mf_model_free(m);
@@ -893,7 +921,7 @@ static void test_broken(mf_backend *cpu) {
 
 typedef struct {
     int depth, max_depth, begins, ends, unbalanced;
-    int gemm, softmax, norm, rope, act, copy, embed;
+    int gemm, softmax, norm, rope, act, copy, embed, attention, kv_write;
 } prof_count;
 
 static void pc_begin(void *u, const char *op, const char *what) {
@@ -903,7 +931,7 @@ static void pc_begin(void *u, const char *op, const char *what) {
     if (++c->depth > c->max_depth) c->max_depth = c->depth;
     c->gemm += !strcmp(op, "gemm"), c->softmax += !strcmp(op, "softmax"), c->norm += !strcmp(op, "add_norm");
     c->rope += !strcmp(op, "rope"), c->act += !strcmp(op, "act"), c->copy += !strcmp(op, "copy");
-    c->embed += !strcmp(op, "embed");
+    c->embed += !strcmp(op, "embed"), c->attention += !strcmp(op, "attention"), c->kv_write += !strcmp(op, "kv_write");
 }
 
 static void pc_end(void *u, const char *op, const char *what) {
@@ -913,14 +941,22 @@ static void pc_end(void *u, const char *op, const char *what) {
     if (--c->depth < 0) c->unbalanced++;
 }
 
-static void test_profiler(mf_backend *cpu) {
+// Every op of a forward is bracketed once, the counts per family match the
+// path: flash = one kv_write (RoPE fused) and one attention per layer;
+// classic = the kv_write, then per query block a scores GEMM, a softmax and
+// a P.V GEMM (the tiny preset has GQA: plus the head-major copies).
+static void test_profiler(mf_backend *cpu, const char *attn) {
+    char name[64];
+    snprintf(name, sizeof name, "profiler(attn=%s)", attn);
     mf_model *m = NULL;
     mf_session *s = NULL;
-    if (!check_ok("profiler", mf_model_synthetic("tiny", 9, cpu, NULL, &m))) return;
-    if (!check_ok("profiler", mf_session_create(m, 1, 32, &s))) {
+    const mf_model_opts mo = {.dtype = MF_DTYPE_F32, .attn = attn};
+    if (!check_ok(name, mf_model_synthetic("tiny", 9, cpu, &mo, &m))) return;
+    if (!check_ok(name, mf_session_create(m, 1, 32, &s))) {
         mf_model_free(m);
         return;
     }
+    const bool classic = !strcmp(attn, "classic");
     const int64_t V = m->spec.vocab;
     int32_t tok[10];
     fill_tokens(tok, 10, V, 2);
@@ -929,22 +965,25 @@ static void test_profiler(mf_backend *cpu) {
     mf_session_profiler p = {.begin = pc_begin, .end = pc_end, .user = &c};
     expect_err("set_profiler(begin only)", mf_session_set_profiler(s, &(mf_session_profiler){.begin = pc_begin}),
                MF_ERR_INVALID_ARG, "both begin and end", NULL);
-    bool ok = check_ok("profiler", fwd1(s, 0, tok, 10, MF_LOGITS_ALL, a));
+    bool ok = check_ok(name, fwd1(s, 0, tok, 10, MF_LOGITS_ALL, a));
     mf_session_reset(s, -1);
-    ok = ok && check_ok("profiler", mf_session_set_profiler(s, &p)) && check_ok("profiler", fwd1(s, 0, tok, 10, MF_LOGITS_ALL, b));
+    ok = ok && check_ok(name, mf_session_set_profiler(s, &p)) && check_ok(name, fwd1(s, 0, tok, 10, MF_LOGITS_ALL, b));
     if (ok) {
         const int L = m->spec.n_layers;
-        report(c.begins == c.ends && !c.unbalanced && c.max_depth == 1 && c.gemm >= L * 6 && c.softmax == L &&
-                   c.norm == 2 * L + 1 && c.rope == L && c.act == L && c.copy >= 3 * L && c.embed == 1 &&
-                   row_rel_err(a, NULL, b, 10, V) == 0.0,
-               "profiler", "%d brackets (max depth %d): gemm %d, softmax %d, add_norm %d, rope %d, act %d, copy %d, embed %d; logits unchanged",
-               c.begins, c.max_depth, c.gemm, c.softmax, c.norm, c.rope, c.act, c.copy, c.embed);
+        const bool counts = classic ? c.gemm >= L * 6 && c.softmax == L && c.copy >= 2 * L && c.attention == 0
+                                    : c.gemm == L * 4 + 1 && c.softmax == 0 && c.copy == 0 && c.attention == L;
+        report(c.begins == c.ends && !c.unbalanced && c.max_depth == 1 && counts && c.norm == 2 * L + 1 &&
+                   c.kv_write == L && c.rope == 0 && c.act == L && c.embed == 1 && row_rel_err(a, NULL, b, 10, V) == 0.0,
+               name,
+               "%d brackets (max depth %d): gemm %d, attention %d, kv_write %d, softmax %d, add_norm %d, act %d, "
+               "copy %d, embed %d; logits unchanged",
+               c.begins, c.max_depth, c.gemm, c.attention, c.kv_write, c.softmax, c.norm, c.act, c.copy, c.embed);
     }
     const int before = c.begins;
     mf_session_set_profiler(s, NULL);
     mf_session_reset(s, -1);
-    if (check_ok("profiler", fwd1(s, 0, tok, 10, MF_LOGITS_LAST, a)))
-        report(c.begins == before, "profiler off", "no calls after set_profiler(NULL)");
+    if (check_ok(name, fwd1(s, 0, tok, 10, MF_LOGITS_LAST, a)))
+        report(c.begins == before, name, "no calls after set_profiler(NULL)");
     mf_session_free(s);
     mf_model_free(m);
     free(a), free(b);
@@ -1121,12 +1160,17 @@ int main(int argc, char **argv) {
 
     const char *fixtures[] = {"gpt2-tiny", "llama-tiny", "llama3-tiny", "llama-tiny-bf16", "mixtral-tiny"};
     for (int i = 0; i < 5; i++) test_fixture(cpu, fixtures[i]);
-    test_reference(cpu, "tiny");
-    test_reference(cpu, "tiny-gpt2");
-    test_reference(cpu, "tiny-postnorm");
+    const char *attns[] = {"flash", "classic"};
+    for (int a = 0; a < 2; a++) {
+        test_reference(cpu, "tiny", attns[a], 0);
+        test_reference(cpu, "tiny", attns[a], 5); // sliding window (Mistral)
+        test_reference(cpu, "tiny-gpt2", attns[a], 0);
+        test_reference(cpu, "tiny-postnorm", attns[a], 0);
+    }
     test_bad_inputs(cpu);
     test_broken(cpu);
-    test_profiler(cpu);
+    test_profiler(cpu, "flash");
+    test_profiler(cpu, "classic");
     test_faults(cpu, "gpt2-tiny");
     test_faults(cpu, "llama-tiny-bf16");
     test_cycles(cpu);

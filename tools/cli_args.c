@@ -130,7 +130,7 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
     err[0] = 0;
     static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--temp", "--top-k", "--top-p",
                                          "--min-p", "--repeat-penalty", "--seed", "--stop", "--backend", "--dtype",
-                                         NULL};
+                                         "--attn", NULL};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (is_help(a)) return MF_ARGS_HELP;
@@ -177,6 +177,8 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
             o->backend = v;
         } else if (!strcmp(a, "--dtype")) {
             if (!dtype_of(v, &o->dtype)) return bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
+        } else if (!strcmp(a, "--attn")) {
+            o->attn = v;
         }
         if (r != MF_ARGS_OK) return r;
     }

@@ -42,6 +42,7 @@ typedef struct {
     int n_stop;
     bool ignore_eos;               // --ignore-eos
     mf_bos_mode bos;               // --bos / --no-bos (MF_BOS_AUTO)
+    const char *attn;              // --attn flash|classic (NULL: flash; the library checks the name)
 } mf_generate_opts;
 
 // The model options of score, info and bench model.
@@ -51,7 +52,7 @@ typedef struct {
     const char *backend;   // --backend auto|cpu|cuda (NULL: auto)
     mf_dtype dtype;        // --dtype (bf16 on CUDA; the CPU always computes in f32)
     uint64_t seed;         // --seed for synthetic weights, [0, 2^64)
-    const char *attn;      // --attn (NULL: classic; the library checks the name)
+    const char *attn;      // --attn (NULL: flash; the library checks the name)
 } mf_model_args;
 
 // minfer score -m DIR (-p TEXT | --tokens 1,2,3) [options]

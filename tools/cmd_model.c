@@ -47,7 +47,7 @@ typedef mf_model_args model_opts;
 static int open_model(const model_opts *o, bool verbose, mf_backend **be, mf_model **m) {
     *be = NULL, *m = NULL;
     if (mf_backend_init(o->backend ? o->backend : "auto", be) != MF_OK) return fail_lib("backend");
-    mf_model_opts mo = {.dtype = o->dtype, .attn = o->attn ? o->attn : "classic", .verbose = verbose};
+    mf_model_opts mo = {.dtype = o->dtype, .attn = o->attn, .verbose = verbose};
     mf_status s = o->synthetic ? mf_model_synthetic(o->synthetic, o->seed, *be, &mo, m)
                                : mf_model_load(o->dir, *be, &mo, m);
     if (s != MF_OK) {
@@ -481,7 +481,8 @@ static void bench_help(FILE *f) {
             "  --profile            per-op time breakdown of one prefill and one decode step\n"
             "                       (CUDA events around each op on CUDA, wall clock on the CPU)\n"
             "  --backend B          auto (default), cpu or cuda;  --dtype D  bf16 (default), f16, f32\n"
-            "  --attn A             attention implementation: classic (QK^T GEMM, softmax, PV GEMM; default)\n"
+            "  --attn A             attention: flash (mf_attention over the KV cache; default) or classic\n"
+            "                       (QK^T GEMM, softmax, PV GEMM: the reference and the \"before\")\n"
             "  --seed N             seed of the synthetic weights (default 1)\n"
             "  Sizes whose session does not fit are reported on stderr and skipped.\n");
 }
@@ -598,7 +599,7 @@ int mf_bench_model_main(int argc, char **argv) {
     fprintf(stderr, "minfer: bench model: %s, %s, weights %.1f MB (%s), copy %.1f GB/s\n", in.source, device,
             mb(in.weight_bytes), mf_dtype_name(in.dtype), copy_gbps);
 
-    static const char *const cols[] = {"model", "backend", "dtype", "batch", "seq", "fwd_ms", "prefill_tok/s",
+    static const char *const cols[] = {"model", "backend", "dtype", "attn", "batch", "seq", "fwd_ms", "prefill_tok/s",
                                        "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s", "%roof", "mem_MB", "rss_MB",
                                        "copy_GB/s", "device", "date"};
     enum { NC = sizeof cols / sizeof cols[0] };
@@ -685,20 +686,21 @@ int mf_bench_model_main(int argc, char **argv) {
                 snprintf(c[0], 256, "%s", model_name);
                 snprintf(c[1], 256, "%s", in.backend);
                 snprintf(c[2], 256, "%s", mf_dtype_name(in.dtype));
-                snprintf(c[3], 256, "%d", B);
-                snprintf(c[4], 256, "%lld", (long long)S);
-                snprintf(c[5], 256, "%.2f", 1e3 * fwd);
-                snprintf(c[6], 256, "%.1f", (double)B * (double)S / fwd);
-                snprintf(c[7], 256, "%.2f", 1e3 * ttft);
-                snprintf(c[8], 256, "%.2f", 1e3 * dec);
-                snprintf(c[9], 256, "%.1f", (double)B / dec);
-                snprintf(c[10], 256, "%.1f", roof);
-                snprintf(c[11], 256, "%.1f", 100.0 * ((double)B / dec) / roof);
-                snprintf(c[12], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
-                snprintf(c[13], 256, "%.1f", cuda ? NAN : peak_rss_mb());
-                snprintf(c[14], 256, "%.1f", copy_gbps);
-                snprintf(c[15], 256, "%s", device);
-                snprintf(c[16], 256, "%s", date);
+                snprintf(c[3], 256, "%s", mo.attn ? mo.attn : "flash");
+                snprintf(c[4], 256, "%d", B);
+                snprintf(c[5], 256, "%lld", (long long)S);
+                snprintf(c[6], 256, "%.2f", 1e3 * fwd);
+                snprintf(c[7], 256, "%.1f", (double)B * (double)S / fwd);
+                snprintf(c[8], 256, "%.2f", 1e3 * ttft);
+                snprintf(c[9], 256, "%.2f", 1e3 * dec);
+                snprintf(c[10], 256, "%.1f", (double)B / dec);
+                snprintf(c[11], 256, "%.1f", roof);
+                snprintf(c[12], 256, "%.1f", 100.0 * ((double)B / dec) / roof);
+                snprintf(c[13], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
+                snprintf(c[14], 256, "%.1f", cuda ? NAN : peak_rss_mb());
+                snprintf(c[15], 256, "%.1f", copy_gbps);
+                snprintf(c[16], 256, "%s", device);
+                snprintf(c[17], 256, "%s", date);
                 mf_bench_table_add(tab, cells);
                 fprintf(stderr, "minfer: bench model: batch %d seq %lld: prefill %.2f ms, decode %.2f ms/step\n", B,
                         (long long)S, 1e3 * fwd, 1e3 * dec);

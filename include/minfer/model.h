@@ -19,7 +19,9 @@ typedef struct mf_session mf_session;
 typedef struct {
     mf_dtype dtype;      // weights/activations on CUDA: MF_DTYPE_BF16 (default when
                          // opts is NULL), F16 or F32. The CPU backend always uses F32.
-    const char *attn;    // "classic" (QK^T GEMM -> mf_softmax -> .V; the default, NULL)
+    const char *attn;    // "flash" (mf_attention: online softmax over the KV cache, no
+                         // scores buffer; the default, NULL) or "classic" (QK^T GEMM ->
+                         // mf_softmax -> P.V GEMM: the reference and the "before")
     bool verbose;        // progress on stderr while loading
 } mf_model_opts;
 
@@ -61,9 +63,9 @@ const mf_tokenizer *mf_model_tokenizer(const mf_model *m);
 
 // A session: max_batch sequence slots of up to max_seq tokens each; the KV
 // cache and all scratch are allocated here (nothing is allocated per step).
-// max_seq may not exceed a GPT-2 model's learned positions, nor a Mistral
-// model's sliding window (sliding-window attention is not implemented);
-// mf_session_plan_memory says what a size costs.
+// max_seq may not exceed a GPT-2 model's learned positions; a model with a
+// sliding window (Mistral) attends to its last sliding_window keys per
+// token; mf_session_plan_memory says what a size costs.
 mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out);
 void mf_session_free(mf_session *s); // NULL is fine
 // Empties sequence slot `seq` (-1: all slots).

@@ -10,7 +10,9 @@
 //
 // The two blocks are small functions (attention_block, mlp_block) so that a
 // mixture-of-experts MLP or another attention op replaces one call; the
-// attention over the cache itself is s->attention (attention_classic.c).
+// attention over the cache itself is s->attention: mf_attention_flash below
+// (the default) or mf_attention_classic (attention_classic.c, the "before").
+#include <math.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -89,13 +91,6 @@ static mf_status fw_act(mf_session *s, const char *what, const mf_act_args *a) {
     return st;
 }
 
-static mf_status fw_rope(mf_session *s, const char *what, const mf_rope_args *a) {
-    mf_prof_begin(s, "rope", what);
-    mf_status st = mf_rope(s->be, a);
-    mf_prof_end(s, "rope", what);
-    return st;
-}
-
 static mf_status fw_add(mf_session *s, const char *what, const mf_add_args *a) {
     mf_prof_begin(s, "add", what);
     mf_status st = mf_add(s->be, a);
@@ -127,33 +122,48 @@ static mf_status norm(mf_session *s, const char *what, const mf_tensor *x, const
 
 // ---- blocks ---------------------------------------------------------------------------------
 
-// out (T, hidden) = o_proj(attention(q, k, v of x)), writing the new keys and
-// values of every segment into its slot of the cache first.
-static mf_status attention_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out,
-                                 const mf_fwd_seg *segs, int32_t n_segs, int64_t T) {
+// out (T, hidden) = o_proj(attention(q, k, v of x)). One mf_kv_write puts the
+// new keys and values of every segment into the cache (rotating q and k on
+// the way when the model uses RoPE), then s->attention runs all segments.
+static mf_status attention_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out, int32_t n_segs,
+                                 int64_t T) {
     const mf_dec_spec *sp = &s->m->spec;
     const mf_layer_weights *L = &s->m->w.layers[l];
     const int64_t H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
     const mf_tensor qkv = rows_of(&s->qkv, 0, T);
     MF_TRY(linear(s, "qkv", x, L->qkv, L->n_qkv, &qkv, MF_EPILOGUE_NONE));
-    if (!sp->learned_pos) {
-        const mf_tensor k = heads_of(&qkv, 0, T, H * D, G, D);
-        mf_rope_args r = {.q = heads_of(&qkv, 0, T, 0, H, D), .k = &k, .pos = rows_of(&s->pos, 0, T),
-                          .inv_freq = s->m->w.inv_freq};
-        MF_TRY(fw_rope(s, "qk", &r));
-    }
-    for (int32_t i = 0; i < n_segs; i++) {
-        const mf_fwd_seg *g = &segs[i];
-        const mf_tensor k = heads_of(&qkv, g->row0, g->n, H * D, G, D);
-        const mf_tensor v = heads_of(&qkv, g->row0, g->n, (H + G) * D, G, D);
-        mf_prof_begin(s, "copy", "kv_write");
-        mf_status st = mf_kv_cache_write(&s->kv, l, g->slot, g->pos0, &k, &v);
-        mf_prof_end(s, "copy", "kv_write");
-        MF_TRY(st);
-        MF_TRY(s->attention(s, l, g));
-    }
+    const mf_tensor q = heads_of(&qkv, 0, T, 0, H, D);
+    mf_kv_write_args kw = {.k = heads_of(&qkv, 0, T, H * D, G, D), .v = heads_of(&qkv, 0, T, (H + G) * D, G, D),
+                           .k_cache = mf_kv_cache_layer(&s->kv, l, 0), .v_cache = mf_kv_cache_layer(&s->kv, l, 1),
+                           .slot = rows_of(&s->tok_slot, 0, T), .pos = rows_of(&s->pos, 0, T)};
+    if (!sp->learned_pos) kw.q = &q, kw.inv_freq = &s->m->w.inv_freq;
+    mf_prof_begin(s, "kv_write", sp->learned_pos ? "kv" : "rope_kv");
+    mf_status st = mf_kv_write(s->be, &kw);
+    mf_prof_end(s, "kv_write", sp->learned_pos ? "kv" : "rope_kv");
+    MF_TRY(st);
+    MF_TRY(s->attention(s, l, n_segs, T));
     const mf_tensor ctx = rows_of(&s->ctx, 0, T);
     return linear(s, "o", &ctx, &L->o, 1, out, MF_EPILOGUE_NONE);
+}
+
+// All segments of the step in one mf_attention over the cache (cache mode:
+// segment i is q rows [seg_cu[i], seg_cu[i+1]) against keys [0, seg_klen[i])
+// of slot seg_slot[i]); causal, and windowed when the model slides.
+mf_status mf_attention_flash(mf_session *s, int32_t l, int32_t n_segs, int64_t T) {
+    const mf_dec_spec *sp = &s->m->spec;
+    const int64_t H = sp->n_heads, D = sp->head_dim;
+    const mf_tensor cu = rows_of(&s->seg_cu, 0, n_segs + 1), slot = rows_of(&s->seg_slot, 0, n_segs),
+                    klen = rows_of(&s->seg_klen, 0, n_segs);
+    mf_attention_args a = {.q = heads_of(&s->qkv, 0, T, 0, H, D), .k = mf_kv_cache_layer(&s->kv, l, 0),
+                           .v = mf_kv_cache_layer(&s->kv, l, 1), .o = heads_of(&s->ctx, 0, T, 0, H, D),
+                           .cu_seqlens_q = &cu, .k_lens = &klen, .slots = &slot, .batch = n_segs,
+                           .max_q_len = s->step_max_q, .max_k_len = s->step_max_k,
+                           .scale = 1.0f / sqrtf((float)D), .causal = true, .window = sp->sliding_window,
+                           .workspace = s->attn_ws, .workspace_bytes = s->attn_ws_bytes};
+    mf_prof_begin(s, "attention", s->step_max_q == 1 ? "decode" : "prefill");
+    mf_status st = mf_attention(s->be, &a);
+    mf_prof_end(s, "attention", s->step_max_q == 1 ? "decode" : "prefill");
+    return st;
 }
 
 static mf_act_kind act_kind(mf_dec_act a) {
@@ -190,7 +200,7 @@ static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const m
 
 // ---- the step --------------------------------------------------------------------------------
 
-mf_status mf_forward_step(mf_session *s, const mf_fwd_seg *segs, int32_t n_segs, int64_t T, mf_tensor *out) {
+mf_status mf_forward_step(mf_session *s, int32_t n_segs, int64_t T, mf_tensor *out) {
     const mf_dec_spec *sp = &s->m->spec;
     const mf_weights *w = &s->m->w;
     const mf_tensor h = rows_of(&s->h, 0, T), n = rows_of(&s->n, 0, T), a = rows_of(&s->a, 0, T);
@@ -208,7 +218,7 @@ mf_status mf_forward_step(mf_session *s, const mf_fwd_seg *segs, int32_t n_segs,
                     &w->layers[0].norm1_w, &w->layers[0].norm1_b));
         for (int32_t l = 0; l < nl; l++) {
             const mf_layer_weights *L = &w->layers[l];
-            MF_TRY(attention_block(s, l, &n, &a, segs, n_segs, T));
+            MF_TRY(attention_block(s, l, &n, &a, n_segs, T));
             MF_TRY(norm(s, "mlp_norm", &a, &h, &h, &n, &L->norm2_w, &L->norm2_b));
             MF_TRY(mlp_block(s, l, &n, &a, T));
             const bool last = l + 1 == nl;
@@ -224,7 +234,7 @@ mf_status mf_forward_step(mf_session *s, const mf_fwd_seg *segs, int32_t n_segs,
     }
     for (int32_t l = 0; l < nl; l++) {
         const mf_layer_weights *L = &w->layers[l];
-        MF_TRY(attention_block(s, l, &h, &a, segs, n_segs, T));
+        MF_TRY(attention_block(s, l, &h, &a, n_segs, T));
         MF_TRY(norm(s, "attn_norm", &a, &h, NULL, &h, &L->norm1_w, &L->norm1_b));
         MF_TRY(mlp_block(s, l, &h, &a, T));
         MF_TRY(norm(s, "mlp_norm", &a, &h, NULL, &h, &L->norm2_w, &L->norm2_b));

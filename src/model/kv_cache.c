@@ -1,4 +1,4 @@
-// The KV cache: one allocation, views per (layer, K|V, slot), writes through mf_copy.
+// The KV cache: one allocation, views per (layer, K|V, slot) and per layer.
 #include <stdio.h>
 #include <string.h>
 
@@ -51,11 +51,11 @@ mf_tensor mf_kv_cache_view(const mf_kv_cache *kv, int32_t layer, int which, int3
     return t;
 }
 
-mf_status mf_kv_cache_write(const mf_kv_cache *kv, int32_t layer, int32_t slot, int64_t pos0, const mf_tensor *k,
-                            const mf_tensor *v) {
-    mf_copy_args a = {.src = *k, .dst = mf_kv_cache_view(kv, layer, 0, slot, pos0, k->shape[0])};
-    MF_TRY(mf_copy(kv->be, &a));
-    a.src = *v;
-    a.dst = mf_kv_cache_view(kv, layer, 1, slot, pos0, v->shape[0]);
-    return mf_copy(kv->be, &a);
+mf_tensor mf_kv_cache_layer(const mf_kv_cache *kv, int32_t layer, int which) {
+    mf_tensor t = mf_kv_cache_view(kv, layer, which, 0, 0, kv->max_seq);
+    t.ndim = 4;
+    t.shape[0] = kv->max_batch, t.shape[1] = kv->max_seq, t.shape[2] = kv->n_kv_heads, t.shape[3] = kv->head_dim;
+    t.stride[0] = kv->max_seq * t.stride[0], t.stride[1] = (int64_t)kv->n_kv_heads * kv->head_dim;
+    t.stride[2] = kv->head_dim, t.stride[3] = 1;
+    return t;
 }

@@ -3,7 +3,8 @@
 // Per layer, K and V: (max_batch, max_seq, n_kv_heads, head_dim) in the
 // activation dtype, row-major, all in one backend allocation. Slot b's
 // tokens [0, len) are valid; the lengths live in the session (host). New
-// keys/values are written with mf_copy from the strided q|k|v GEMM output.
+// keys/values are scattered in with mf_kv_write (RoPE fused) from the
+// strided q|k|v GEMM output.
 #ifndef MF_MODEL_KV_CACHE_H
 #define MF_MODEL_KV_CACHE_H
 
@@ -33,10 +34,9 @@ void mf_kv_cache_free(mf_kv_cache *kv);
 // a (n, n_kv_heads, head_dim) view.
 mf_tensor mf_kv_cache_view(const mf_kv_cache *kv, int32_t layer, int which, int32_t slot, int64_t pos0, int64_t n);
 
-// Writes k and v ((n, n_kv_heads, head_dim) views, any strides, any float
-// dtype) at tokens [pos0, pos0 + n) of slot `slot` in `layer`.
-mf_status mf_kv_cache_write(const mf_kv_cache *kv, int32_t layer, int32_t slot, int64_t pos0, const mf_tensor *k,
-                            const mf_tensor *v);
+// K (which = 0) or V (1) of `layer`, every slot: a (max_batch, max_seq,
+// n_kv_heads, head_dim) view (what mf_kv_write and mf_attention take).
+mf_tensor mf_kv_cache_layer(const mf_kv_cache *kv, int32_t layer, int which);
 
 #ifdef __cplusplus
 }

@@ -175,15 +175,20 @@ static mf_status read_generation_config(const char *dir, mf_dec_spec *s) {
     return st;
 }
 
-static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts *opts, mf_dtype *dt) {
+static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts *opts, mf_dtype *dt,
+                            mf_attn_kind *attn) {
     *dt = MF_DTYPE_BF16;
+    *attn = MF_ATTN_FLASH;
     if (opts) {
         if (opts->dtype != MF_DTYPE_F32 && opts->dtype != MF_DTYPE_F16 && opts->dtype != MF_DTYPE_BF16)
             return mf_fail(MF_ERR_INVALID_ARG, "%s: opts->dtype %s (want f32, f16 or bf16)", fn,
                            mf_dtype_name(opts->dtype));
         *dt = opts->dtype;
-        if (opts->attn && strcmp(opts->attn, "classic") != 0)
-            return mf_fail(MF_ERR_UNSUPPORTED, "%s: attention '%s' unknown (available: classic)", fn, opts->attn);
+        if (opts->attn && strcmp(opts->attn, "classic") == 0)
+            *attn = MF_ATTN_CLASSIC;
+        else if (opts->attn && strcmp(opts->attn, "flash") != 0)
+            return mf_fail(MF_ERR_UNSUPPORTED, "%s: attention '%s' unknown (available: flash, classic)", fn,
+                           opts->attn);
     }
     if (mf_backend_device(be) == MF_DEVICE_CPU) *dt = MF_DTYPE_F32; // the CPU computes in f32
     return MF_OK;
@@ -191,11 +196,13 @@ static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts 
 
 mf_status mf_model_alloc(mf_backend *be, const mf_model_opts *opts, const char *fn, mf_model **out) {
     mf_dtype dt;
-    MF_TRY(check_opts(fn, be, opts, &dt));
+    mf_attn_kind attn;
+    MF_TRY(check_opts(fn, be, opts, &dt, &attn));
     mf_model *m = mf_calloc(1, sizeof *m);
     if (!m) return mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
     m->be = be;
     m->dtype = dt;
+    m->attn = attn;
     *out = m;
     return MF_OK;
 }

@@ -55,17 +55,23 @@ typedef struct {
     mf_dec_rope_scaling rope_scaling;
     double rope_factor, rope_low_freq, rope_high_freq; // scaling parameters (linear: factor only)
     int64_t rope_orig_max_pos;                          // llama3: original_max_position_embeddings
-    int64_t sliding_window;   // 0: full attention; else sessions are limited to max_seq <= it
+    int64_t sliding_window;   // 0: full attention; else each query sees its last sliding_window keys
 
     int32_t bos_id;           // -1 when unknown
     int32_t n_eos;
     int32_t eos_ids[MF_MODEL_MAX_EOS];
 } mf_dec_spec;
 
+typedef enum {
+    MF_ATTN_FLASH = 0,        // mf_attention: online softmax, no scores buffer (the default)
+    MF_ATTN_CLASSIC = 1,      // QK^T GEMM -> mf_softmax -> P.V GEMM (the "before", and a reference)
+} mf_attn_kind;
+
 struct mf_model {
     mf_backend *be;           // not owned
     mf_dec_spec spec;
     mf_dtype dtype;           // weights, activations and KV cache (CPU: f32)
+    mf_attn_kind attn;        // what its sessions run (mf_model_opts.attn)
     mf_weights w;
     mf_tokenizer *tok;        // NULL: none
     int64_t n_params;

@@ -1,5 +1,6 @@
 // Sessions: slots with a KV cache, scratch carved once, and mf_session_forward
 // (argument checks, splitting into steps, the LM head for the rows asked for).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,17 +17,22 @@ enum {
 static const int64_t kScoresBudget = (int64_t)256 << 20; // bytes of S (+ P) per attention block
 
 typedef struct {
-    int64_t T, q_block, n_rows, logit_rows;
+    int64_t T, q_block, ld, n_rows, logit_rows;
 } mf_session_dims;
 
 static void session_dims(const mf_model *m, int32_t B, int64_t S, mf_session_dims *d) {
     const int64_t bs = (int64_t)B * S;
     d->T = bs < kMaxStepTokens ? bs : kMaxStepTokens;
-    const int64_t probs_es = m->dtype == MF_DTYPE_F32 ? 0 : (int64_t)mf_dtype_size(m->dtype);
-    const int64_t per_row = (int64_t)m->spec.n_heads * S * (4 + probs_es);
-    int64_t qb = kScoresBudget / per_row;
-    const int64_t qmax = d->T < S ? d->T : S;
-    d->q_block = qb < 1 ? 1 : qb > qmax ? qmax : qb;
+    d->q_block = 0, d->ld = 0;
+    if (m->attn == MF_ATTN_CLASSIC) { // the scores buffer: H x q_block x ld, within kScoresBudget
+        d->ld = (S + 7) / 8 * 8;
+        const int64_t probs_es = m->dtype == MF_DTYPE_F32 ? 0 : (int64_t)mf_dtype_size(m->dtype);
+        const int64_t per_row = (int64_t)m->spec.n_heads * d->ld * (4 + probs_es);
+        int64_t qb = kScoresBudget / per_row;
+        const int64_t qmax = d->T < S ? d->T : S;
+        if (qb > 64) qb = qb / 64 * 64; // whole 64-row tiles for the GEMMs
+        d->q_block = qb < 1 ? 1 : qb > qmax ? qmax : qb;
+    }
     d->n_rows = B < d->T ? B : d->T;
     d->logit_rows = d->T < kMaxLogitRows ? d->T : kMaxLogitRows;
     if (d->logit_rows < d->n_rows) d->logit_rows = d->n_rows;
@@ -48,11 +54,29 @@ static mf_status take(carver *c, mf_tensor *t, mf_dtype dt, int64_t rows, int64_
     return mf_arena_tensor(c->a, dt, cols ? 2 : 1, shape, t);
 }
 
+// A 1-D i32 view of n elements at element e of buffer b.
+static mf_tensor i32_part(const mf_tensor *b, int64_t e, int64_t n) {
+    mf_tensor t = *b;
+    t.data = (int32_t *)b->data + e;
+    t.ndim = 1, t.shape[0] = n, t.stride[0] = 1;
+    return t;
+}
+
+// Points the step's device index views into s->step_i32 for a step of T
+// rows and n_segs segments (the packing of mf_session_forward).
+static void step_views(mf_session *s, int64_t T, int32_t n_segs) {
+    s->ids = i32_part(&s->step_i32, 0, T);
+    s->pos = i32_part(&s->step_i32, T, T);
+    s->tok_slot = i32_part(&s->step_i32, 2 * T, T);
+    s->seg_cu = i32_part(&s->step_i32, 3 * T, n_segs + 1);
+    s->seg_slot = i32_part(&s->step_i32, 3 * T + n_segs + 1, n_segs);
+    s->seg_klen = i32_part(&s->step_i32, 3 * T + 2 * (int64_t)n_segs + 1, n_segs);
+}
+
 static mf_status carve(mf_session *s, const mf_model *m, const mf_session_dims *d, carver *c) {
     const mf_dec_spec *sp = &m->spec;
     const mf_dtype dt = m->dtype;
-    const int64_t T = d->T, H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
-    const int64_t S = s->max_seq;
+    const int64_t T = d->T, R = d->n_rows, H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
     const int64_t ff = sp->gated_mlp ? 2 * (int64_t)sp->ffn : sp->ffn;
     MF_TRY(take(c, &s->h, dt, T, sp->hidden));
     MF_TRY(take(c, &s->n, dt, T, sp->hidden));
@@ -60,17 +84,20 @@ static mf_status carve(mf_session *s, const mf_model *m, const mf_session_dims *
     MF_TRY(take(c, &s->qkv, dt, T, (H + 2 * G) * D));
     MF_TRY(take(c, &s->ctx, dt, T, H * D));
     MF_TRY(take(c, &s->ff, dt, T, ff));
-    MF_TRY(take(c, &s->q_hm, dt, H * d->q_block * D, 0));
-    MF_TRY(take(c, &s->scores, MF_DTYPE_F32, H * d->q_block * S, 0));
-    if (dt == MF_DTYPE_F32)
-        s->probs = s->scores;
-    else
-        MF_TRY(take(c, &s->probs, dt, H * d->q_block * S, 0));
-    MF_TRY(take(c, &s->ctx_hm, dt, H * d->q_block * D, 0));
-    MF_TRY(take(c, &s->ids, MF_DTYPE_I32, T, 0));
-    MF_TRY(take(c, &s->pos, MF_DTYPE_I32, T, 0));
-    MF_TRY(take(c, &s->rows, MF_DTYPE_I32, d->n_rows, 0));
-    MF_TRY(take(c, &s->gathered, dt, d->n_rows, sp->hidden));
+    if (d->q_block > 0) { // classic attention's scratch
+        const int64_t nsc = H * d->q_block * d->ld;
+        if (G != H) MF_TRY(take(c, &s->q_hm, dt, H * d->q_block * D, 0));
+        MF_TRY(take(c, &s->scores, MF_DTYPE_F32, nsc, 0));
+        if (dt == MF_DTYPE_F32)
+            s->probs = s->scores;
+        else
+            MF_TRY(take(c, &s->probs, dt, nsc, 0));
+        if (G != H) MF_TRY(take(c, &s->ctx_hm, dt, H * d->q_block * D, 0));
+    }
+    MF_TRY(take(c, &s->step_i32, MF_DTYPE_I32, 3 * T + 3 * R + 1, 0));
+    if (c->a) step_views(s, T, (int32_t)R);
+    MF_TRY(take(c, &s->rows, MF_DTYPE_I32, R, 0));
+    MF_TRY(take(c, &s->gathered, dt, R, sp->hidden));
     MF_TRY(take(c, &s->logits, MF_DTYPE_F32, d->logit_rows, sp->vocab));
     return MF_OK;
 }
@@ -84,11 +111,6 @@ static mf_status check_size(const char *fn, const mf_model *m, int32_t max_batch
     if (sp->learned_pos && max_seq > sp->max_pos)
         return mf_fail(MF_ERR_INVALID_ARG, "%s: max_seq %lld exceeds the model's %lld learned positions", fn,
                        (long long)max_seq, (long long)sp->max_pos);
-    if (sp->sliding_window > 0 && max_seq > sp->sliding_window)
-        return mf_fail(MF_ERR_UNSUPPORTED,
-                       "%s: max_seq %lld exceeds the model's sliding window %lld (sliding-window attention is not "
-                       "implemented: use max_seq <= %lld)",
-                       fn, (long long)max_seq, (long long)sp->sliding_window, (long long)sp->sliding_window);
     // The KV cache's byte count (and the scratch sized from the same
     // dimensions) must fit in int64: 2^62 bytes is far beyond any device.
     double kv = 2.0 * sp->n_layers * (double)max_batch * (double)max_seq * sp->n_kv_heads * sp->head_dim * 4.0;
@@ -124,6 +146,36 @@ mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t m
     return MF_OK;
 }
 
+// The split-KV workspace of the flash path: the most mf_attention could use
+// for a step of up to R segments of a few queries each over up to max_seq
+// keys (prefill steps need none; a smaller one only means fewer splits).
+static mf_status alloc_attn_workspace(mf_session *s, const mf_session_dims *d) {
+    const mf_dec_spec *sp = &s->m->spec;
+    const int64_t H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim, R = d->n_rows;
+    size_t most = 0;
+    for (int64_t nq = 1; nq <= 16 && nq * R <= d->T; nq *= 2) {
+        mf_tensor q = s->qkv, o = s->ctx;
+        q.ndim = o.ndim = 3;
+        q.shape[0] = o.shape[0] = nq * R;
+        q.shape[1] = o.shape[1] = H, q.shape[2] = o.shape[2] = D;
+        q.stride[1] = o.stride[1] = D, q.stride[2] = o.stride[2] = 1;
+        const mf_tensor cu = s->seg_cu, slot = s->seg_slot, klen = s->seg_klen;
+        mf_attention_args a = {.q = q, .k = mf_kv_cache_layer(&s->kv, 0, 0), .v = mf_kv_cache_layer(&s->kv, 0, 1),
+                               .o = o, .cu_seqlens_q = &cu, .k_lens = &klen, .slots = &slot, .batch = (int32_t)R,
+                               .max_q_len = nq, .max_k_len = s->max_seq, .scale = 1.0f / sqrtf((float)D),
+                               .causal = true, .window = sp->sliding_window};
+        size_t bytes = 0;
+        MF_TRY(mf_attention_workspace(s->be, &a, &bytes));
+        if (bytes > most) most = bytes;
+    }
+    (void)G;
+    if (most == 0) return MF_OK;
+    mf_status st = mf_backend_alloc(s->be, most, &s->attn_ws);
+    if (st != MF_OK) return st;
+    s->attn_ws_bytes = most;
+    return MF_OK;
+}
+
 mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out) {
     static const char fn[] = "session_create";
     if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);
@@ -142,17 +194,19 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
     s->step_tokens = d.T;
     s->q_block = d.q_block;
     s->logit_rows = d.logit_rows;
-    s->attention = mf_attention_classic;
+    s->scores_ld = d.ld;
+    s->attention = m->attn == MF_ATTN_CLASSIC ? mf_attention_classic : mf_attention_flash;
 
     mf_status st = MF_OK;
+    const int64_t T = d.T, R = d.n_rows;
     s->len = mf_calloc((size_t)max_batch, sizeof *s->len);
     s->seen = mf_calloc((size_t)max_batch, 1);
-    s->h_ids = mf_malloc((size_t)d.T * sizeof *s->h_ids);
-    s->h_pos = mf_malloc((size_t)d.T * sizeof *s->h_pos);
-    s->h_rows = mf_malloc((size_t)d.n_rows * sizeof *s->h_rows);
-    s->segs = mf_malloc((size_t)d.n_rows * sizeof *s->segs);
-    if (!s->len || !s->seen || !s->h_ids || !s->h_pos || !s->h_rows || !s->segs)
+    s->h_step = mf_malloc((size_t)(3 * T + 3 * R + 1) * sizeof *s->h_step);
+    s->h_rows = mf_malloc((size_t)R * sizeof *s->h_rows);
+    s->segs = mf_malloc((size_t)R * sizeof *s->segs);
+    if (!s->len || !s->seen || !s->h_step || !s->h_rows || !s->segs)
         st = mf_fail(MF_ERR_OOM, "%s: out of host memory for %d slots", fn, max_batch);
+
     if (st == MF_OK)
         st = mf_kv_cache_init(&s->kv, s->be, m->dtype, sp->n_layers, max_batch, max_seq, sp->n_kv_heads, sp->head_dim);
     if (st == MF_OK) {
@@ -169,6 +223,7 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
         carver c = {.a = s->arena};
         st = carve(s, m, &d, &c);
     }
+    if (st == MF_OK && m->attn == MF_ATTN_FLASH) st = alloc_attn_workspace(s, &d);
     if (st != MF_OK) {
         mf_session_free(s);
         return st;
@@ -181,10 +236,10 @@ void mf_session_free(mf_session *s) {
     if (!s) return;
     mf_kv_cache_free(&s->kv);
     mf_arena_free(s->arena);
+    if (s->attn_ws) mf_backend_dealloc(s->be, s->attn_ws);
     free(s->len);
     free(s->seen);
-    free(s->h_ids);
-    free(s->h_pos);
+    free(s->h_step);
     free(s->h_rows);
     free(s->segs);
     free(s);
@@ -297,7 +352,11 @@ mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_i
     int32_t i0 = 0; // first sequence with tokens at or after c0
     for (int64_t c0 = 0; c0 < total;) {
         const int64_t c1 = total - c0 < s->step_tokens ? total : c0 + s->step_tokens, T = c1 - c0;
+        // The step's index arrays, packed for one upload: ids | pos | tok_slot
+        // (T each) | seg_cu (n_segs + 1) | seg_slot | seg_klen (n_segs each).
+        s->h_ids = s->h_step, s->h_pos = s->h_step + T, s->h_tok_slot = s->h_step + 2 * T;
         int32_t n_segs = 0;
+        s->step_max_q = 0, s->step_max_k = 0;
         for (int32_t i = i0; i < n_seqs && offsets[i] < c1; i++) {
             const int64_t a = offsets[i] > c0 ? offsets[i] : c0, b = offsets[i + 1] < c1 ? offsets[i + 1] : c1;
             if (b <= a) continue;
@@ -308,15 +367,28 @@ mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_i
             for (int64_t r = a; r < b; r++) {
                 s->h_ids[r - c0] = tokens[r];
                 s->h_pos[r - c0] = (int32_t)(g->pos0 + (r - a));
+                s->h_tok_slot[r - c0] = g->slot;
             }
+            if (g->n > s->step_max_q) s->step_max_q = g->n;
+            if (g->pos0 + g->n > s->step_max_k) s->step_max_k = g->pos0 + g->n;
         }
-        mf_prof_begin(s, "h2d", "ids");
-        mf_status st = mf_backend_copy(s->be, s->ids.data, s->h_ids, (size_t)T * sizeof(int32_t), MF_COPY_H2D);
-        if (st == MF_OK) st = mf_backend_copy(s->be, s->pos.data, s->h_pos, (size_t)T * sizeof(int32_t), MF_COPY_H2D);
-        mf_prof_end(s, "h2d", "ids");
+        s->h_seg_cu = s->h_step + 3 * T, s->h_seg_slot = s->h_seg_cu + n_segs + 1;
+        s->h_seg_klen = s->h_seg_slot + n_segs;
+        s->h_seg_cu[0] = 0;
+        for (int32_t i = 0; i < n_segs; i++) {
+            const mf_fwd_seg *g = &s->segs[i];
+            s->h_seg_cu[i + 1] = (int32_t)(g->row0 + g->n);
+            s->h_seg_slot[i] = g->slot;
+            s->h_seg_klen[i] = (int32_t)(g->pos0 + g->n);
+        }
+        step_views(s, T, n_segs);
+        const size_t n_i32 = (size_t)(3 * T + 3 * (int64_t)n_segs + 1);
+        mf_prof_begin(s, "h2d", "step");
+        mf_status st = mf_backend_copy(s->be, s->step_i32.data, s->h_step, n_i32 * sizeof(int32_t), MF_COPY_H2D);
+        mf_prof_end(s, "h2d", "step");
         MF_TRY(st);
         mf_tensor hid;
-        MF_TRY(mf_forward_step(s, s->segs, n_segs, T, &hid));
+        MF_TRY(mf_forward_step(s, n_segs, T, &hid));
         if (logits && mode == MF_LOGITS_ALL) {
             MF_TRY(mf_forward_lm_head(s, &hid, logits + c0 * vocab));
         } else if (logits) {

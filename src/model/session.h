@@ -3,8 +3,11 @@
 // A forward call is split into steps of at most `step_tokens` token rows (a
 // sequence may straddle two steps: its first part goes into the KV cache,
 // the second attends to it). Each step runs every layer over its rows; the
-// rows of one sequence form a segment, and attention runs per segment over
-// that slot's cache. All device scratch is carved from one arena when the
+// rows of one sequence form a segment. Per layer, one mf_kv_write puts every
+// segment's new keys and values into its slot of the cache (RoPE fused), and
+// one mf_attention runs all segments over their caches; the per-step index
+// arrays (ids, positions, slots, segment offsets and lengths) go to the
+// device in one copy. All device scratch is carved from one arena when the
 // session is created; a forward call allocates nothing.
 #ifndef MF_MODEL_SESSION_H
 #define MF_MODEL_SESSION_H
@@ -28,10 +31,11 @@ typedef struct {
 } mf_fwd_seg;
 
 struct mf_session;
-// The attention of one layer for one segment: reads its queries from the q
-// part of s->qkv (rows seg->row0 ..), keys and values from the cache (tokens
-// [0, pos0 + n), the new ones already written), writes s->ctx's rows.
-typedef mf_status (*mf_attention_fn)(struct mf_session *s, int32_t layer, const mf_fwd_seg *seg);
+// The attention of one layer over the step's n_segs segments (T rows): reads
+// the queries from the q part of s->qkv (rotated already), keys and values
+// from the cache (each segment's tokens [0, pos0 + n), the new ones written
+// already), writes s->ctx's rows [0, T).
+typedef mf_status (*mf_attention_fn)(struct mf_session *s, int32_t layer, int32_t n_segs, int64_t T);
 
 struct mf_session {
     mf_model *m;
@@ -39,7 +43,8 @@ struct mf_session {
     int32_t max_batch;
     int64_t max_seq;
     int64_t step_tokens;     // T: token rows per step
-    int64_t q_block;         // attention: query rows per scores block
+    int64_t q_block;         // classic attention: query rows per scores block (0: flash)
+    int64_t scores_ld;       // classic attention: row stride of scores / probs (max_seq rounded up to 8)
     int64_t logit_rows;      // LM head: rows per GEMM (ALL mode)
     mf_attention_fn attention;
     mf_kv_cache kv;
@@ -52,11 +57,21 @@ struct mf_session {
     mf_tensor qkv;           // (T, (H + 2G) * D) act: q | k | v per row
     mf_tensor ctx;           // (T, H * D) act: attention output, heads side by side
     mf_tensor ff;            // (T, ffn or 2 * ffn) act: MLP inner activations (gate | up)
-    mf_tensor q_hm;          // (H * q_block * D) act: a block's queries, head-major
-    mf_tensor scores;        // (H * q_block * max_seq) f32: QK^T
-    mf_tensor probs;         // (H * q_block * max_seq) act: softmax output (CPU: scores itself)
-    mf_tensor ctx_hm;        // (H * q_block * D) act: P.V, head-major
-    mf_tensor ids, pos;      // (T) i32: token ids, positions
+    // classic attention only (flash: unused, not allocated)
+    mf_tensor q_hm;          // (H * q_block * D) act: a block's queries, head-major (GQA)
+    mf_tensor scores;        // (H * q_block * scores_ld) f32: QK^T
+    mf_tensor probs;         // (H * q_block * scores_ld) act: softmax output (CPU: scores itself)
+    mf_tensor ctx_hm;        // (H * q_block * D) act: P.V, head-major (GQA)
+    void *attn_ws;           // flash: split-KV workspace (NULL: none needed)
+    size_t attn_ws_bytes;
+    // The step's i32 index arrays: one device buffer, one upload per step,
+    // mirrored by s->h_step on the host. R = min(max_batch, T) segments at most.
+    mf_tensor step_i32;      // (3 T + 3 R + 1) i32: ids | pos | tok_slot | seg_cu | seg_slot | seg_klen
+    mf_tensor ids, pos;      // (T) i32 views: token ids, positions
+    mf_tensor tok_slot;      // (T) i32 view: each row's KV-cache slot
+    mf_tensor seg_cu;        // (R + 1) i32 view: segment row offsets in the step
+    mf_tensor seg_slot;      // (R) i32 view: each segment's slot
+    mf_tensor seg_klen;      // (R) i32 view: keys each segment attends to (pos0 + n)
     mf_tensor rows;          // (min(max_batch, T)) i32: rows gathered for the LM head
     mf_tensor gathered;      // (min(max_batch, T), hidden) act
     mf_tensor logits;        // (logit_rows, vocab) f32
@@ -64,7 +79,9 @@ struct mf_session {
     // host
     int64_t *len;            // (max_batch) tokens in each slot's cache
     int64_t *work_len;       // (max_batch) the same during a call, committed at its end
-    int32_t *h_ids, *h_pos;  // (T) staging for ids, pos
+    int32_t *h_step;         // (3 T + 3 R + 1) staging for step_i32
+    int32_t *h_ids, *h_pos, *h_tok_slot, *h_seg_cu, *h_seg_slot, *h_seg_klen; // views into h_step
+    int64_t step_max_q, step_max_k; // host bounds of the step's segment lengths (for mf_attention)
     int32_t *h_rows;         // (min(max_batch, T)) staging for rows
     mf_fwd_seg *segs;        // (min(max_batch, T)) segments of a step
     uint8_t *seen;           // (max_batch) duplicate-slot check
@@ -86,17 +103,19 @@ mf_status mf_fw_gemm(struct mf_session *s, const char *what, const mf_gemm_args 
 mf_status mf_fw_softmax(struct mf_session *s, const char *what, const mf_softmax_args *a);
 mf_status mf_fw_copy(struct mf_session *s, const char *what, const mf_copy_args *a);
 
-// forward.c: one step over rows [0, T) of s->ids / s->pos (already uploaded),
-// segments segs[0 .. n_segs). *out: the final hidden rows (T, hidden).
-mf_status mf_forward_step(struct mf_session *s, const mf_fwd_seg *segs, int32_t n_segs, int64_t T, mf_tensor *out);
+// forward.c: one step over rows [0, T) (s->step_i32 already uploaded),
+// segments s->segs[0 .. n_segs). *out: the final hidden rows (T, hidden).
+mf_status mf_forward_step(struct mf_session *s, int32_t n_segs, int64_t T, mf_tensor *out);
 // The LM head over x (k, hidden) into host rows out[0 .. k) (vocab f32 each),
 // in blocks of s->logit_rows.
 mf_status mf_forward_lm_head(struct mf_session *s, const mf_tensor *x, float *out);
 // Rows `rows` (k <= rows.shape[0], device ids already uploaded) of x gathered into s->gathered.
 mf_status mf_forward_gather(struct mf_session *s, const mf_tensor *x, int64_t k, mf_tensor *out);
 
-// attention_classic.c: QK^T (batched GEMM) -> mf_softmax (scale, causal) -> P.V.
-mf_status mf_attention_classic(struct mf_session *s, int32_t layer, const mf_fwd_seg *seg);
+// attention_classic.c: per segment, QK^T (batched GEMM) -> mf_softmax (scale, causal) -> P.V.
+mf_status mf_attention_classic(struct mf_session *s, int32_t layer, int32_t n_segs, int64_t T);
+// forward.c: one mf_attention over all segments (online softmax; no scores buffer).
+mf_status mf_attention_flash(struct mf_session *s, int32_t layer, int32_t n_segs, int64_t T);
 
 #ifdef __cplusplus
 }

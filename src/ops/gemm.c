@@ -1,5 +1,6 @@
 // mf_gemm: argument validation, then the backend's GEMM.
 #include "ops/check.h"
+#include "ops/overlap.h"
 
 mf_status mf_gemm(mf_backend *be, const mf_gemm_args *p) {
     static const char op[] = "gemm";
@@ -38,10 +39,12 @@ mf_status mf_gemm(mf_backend *be, const mf_gemm_args *p) {
         if (p->b.shape[0] != batch && p->b.shape[0] != 1)
             return mf_fail(MF_ERR_INVALID_ARG, "gemm: b batch %lld (want %lld or 1)", (long long)p->b.shape[0],
                            (long long)batch);
-        int64_t span = m > 0 && n > 0 ? (m - 1) * p->c.stride[1] + (n - 1) * p->c.stride[2] + 1 : 0;
-        if (batch > 1 && p->c.stride[0] < span)
-            return mf_fail(MF_ERR_INVALID_ARG, "gemm: c batch stride %lld < one matrix's span %lld (batches overlap)",
-                           (long long)p->c.stride[0], (long long)span);
+        // Batches may interleave (batch stride < one matrix's span, e.g. the
+        // heads of attention's output rows) as long as no element is shared.
+        if (batch > 1 && !mf_view_no_self_overlap(&p->c))
+            return mf_fail(MF_ERR_INVALID_ARG,
+                           "gemm: c's batches overlap (batch stride %lld, row stride %lld, %lld x %lld per batch)",
+                           (long long)p->c.stride[0], (long long)p->c.stride[1], (long long)m, (long long)n);
     }
     if (p->c.stride[nd - 1] != 1 && n > 1)
         return mf_fail(MF_ERR_UNSUPPORTED, "gemm: c must be row-major (stride[-1]=%lld)",
