@@ -37,6 +37,17 @@ struct mf_backend {
     // bytes of split-KV workspace attention could use for args (NULL entry: 0)
     mf_status (*attention_workspace)(mf_backend *be, const mf_attention_args *args, size_t *bytes);
     mf_status (*kv_write)(mf_backend *be, const mf_kv_write_args *args);
+
+    // Graphs (CUDA Graphs; NULL entries: not supported, e.g. the CPU): the ops
+    // queued between graph_begin and graph_end are recorded, not run, into an
+    // executable graph; graph_launch queues one replay of it. Between begin and
+    // end nothing may synchronise (no D2H copy, no sync). graph_end always
+    // ends the recording, also when an op failed during it (then it returns
+    // that failure's status and no graph).
+    mf_status (*graph_begin)(mf_backend *be);
+    mf_status (*graph_end)(mf_backend *be, void **graph);
+    mf_status (*graph_launch)(mf_backend *be, void *graph);
+    void (*graph_free)(mf_backend *be, void *graph);
 };
 
 mf_status mf_backend_cpu_create(mf_backend **out);

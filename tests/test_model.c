@@ -978,6 +978,15 @@ static void test_profiler(mf_backend *cpu, const char *attn) {
                "%d brackets (max depth %d): gemm %d, attention %d, kv_write %d, softmax %d, add_norm %d, act %d, "
                "copy %d, embed %d; logits unchanged",
                c.begins, c.max_depth, c.gemm, c.attention, c.kv_write, c.softmax, c.norm, c.act, c.copy, c.embed);
+        // the call's statistics count the same ops; the CPU records no graphs
+        mf_session_stats st;
+        if (check_ok(name, mf_session_get_stats(s, &st)) && check_ok(name, mf_session_set_graphs(s, true)))
+            report(st.ops == c.begins && st.launches == st.ops && st.host_us > 0 && !st.graph &&
+                       st.graphs_recorded == 0,
+                   name, "stats: %lld ops, %lld launches, host %.1f us, graph %d", (long long)st.ops,
+                   (long long)st.launches, st.host_us, (int)st.graph);
+        expect_err(name, mf_session_get_stats(s, NULL), MF_ERR_INVALID_ARG, "out is NULL", NULL);
+        expect_err(name, mf_session_set_graphs(NULL, true), MF_ERR_INVALID_ARG, "session is NULL", NULL);
     }
     const int before = c.begins;
     mf_session_set_profiler(s, NULL);
@@ -1144,6 +1153,89 @@ out:
     fixture_close(&f);
 }
 
+// CUDA Graphs: greedy decoding with graphs (the default) and without gives
+// the same logits bit for bit, on both attention paths and batch sizes 1, 3
+// and 8 in one session (each size recorded once, then replayed; a size met
+// again reuses its graph); a bad step in between changes nothing.
+static void test_cuda_graphs(const char *fx, const char *attn) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda graphs(%s,attn=%s)", fx, attn);
+    if (!mf_cuda_available()) {
+        skip(name, "no CUDA device");
+        return;
+    }
+    fixture f;
+    mf_backend *be = NULL;
+    mf_model *m = NULL;
+    mf_session *sg = NULL, *sp = NULL;
+    float *lg = NULL, *lp = NULL;
+    if (!fixture_open(fx, &f) || !check_ok(name, mf_backend_init("cuda", &be))) goto out;
+    mf_model_opts o = {.dtype = MF_DTYPE_BF16, .attn = attn};
+    if (!check_ok(name, mf_model_load(f.dir, be, &o, &m))) goto out;
+    const int64_t V = m->spec.vocab, NP = f.n_prompt < 12 ? f.n_prompt : 12, NG = 10;
+    lg = malloc((size_t)(8 * V) * sizeof *lg), lp = malloc((size_t)(8 * V) * sizeof *lp);
+    if (!check_ok(name, mf_session_create(m, 8, NP + 3 * NG + 4, &sg)) ||
+        !check_ok(name, mf_session_create(m, 8, NP + 3 * NG + 4, &sp)) ||
+        !check_ok(name, mf_session_set_graphs(sp, false)))
+        goto out;
+    const int32_t sizes[3] = {3, 1, 3}; // 3 again: replays the graph recorded first
+    double worst = 0;
+    int64_t replays = 0, steps = 0;
+    bool ok = true, same_tokens = true;
+    for (int b = 0; ok && b < 3; b++) {
+        const int32_t nb = sizes[b];
+        int32_t slots[8], cur[8];
+        int64_t off[9], o1[9];
+        int32_t *tok = malloc((size_t)(nb * NP) * sizeof *tok);
+        for (int32_t i = 0; i < nb; i++) {
+            slots[i] = (i * 5 + 2) % 8;
+            for (int64_t t = 0; t < NP; t++) tok[i * NP + t] = f.prompt[(t + i) % f.n_prompt]; // distinct prompts
+            off[i] = (int64_t)i * NP, o1[i] = i;
+        }
+        off[nb] = (int64_t)nb * NP, o1[nb] = nb;
+        ok = check_ok(name, mf_session_reset(sg, -1)) && check_ok(name, mf_session_reset(sp, -1)) &&
+             check_ok(name, mf_session_forward(sg, nb, slots, tok, off, MF_LOGITS_LAST, lg)) &&
+             check_ok(name, mf_session_forward(sp, nb, slots, tok, off, MF_LOGITS_LAST, lp));
+        for (int64_t k = 0; ok && k < NG; k++) {
+            for (int32_t i = 0; i < nb; i++) {
+                const int32_t a = argmax(lg + i * V, V), c = argmax(lp + i * V, V);
+                same_tokens &= a == c;
+                worst = fmax(worst, row_rel_err(lg + i * V, NULL, lp + i * V, 1, V));
+                cur[i] = a;
+            }
+            if (k == 4) { // a bad step (token id out of range): refused, the caches unchanged
+                int32_t bad[8];
+                memcpy(bad, cur, sizeof bad);
+                bad[nb - 1] = (int32_t)V;
+                expect_err(name, mf_session_forward(sg, nb, slots, bad, o1, MF_LOGITS_LAST, lg), MF_ERR_INVALID_ARG,
+                           "outside [0, vocab", NULL);
+            }
+            mf_session_stats st;
+            ok = check_ok(name, mf_session_forward(sg, nb, slots, cur, o1, MF_LOGITS_LAST, lg)) &&
+                 check_ok(name, mf_session_get_stats(sg, &st)) &&
+                 check_ok(name, mf_session_forward(sp, nb, slots, cur, o1, MF_LOGITS_LAST, lp));
+            if (ok) replays += st.graph, steps++;
+        }
+        free(tok);
+    }
+    mf_session_stats st;
+    const bool flash = !strcmp(attn, "flash"); // the classic path never records (its launches depend on lengths)
+    if (ok && check_ok(name, mf_session_get_stats(sg, &st)))
+        report(same_tokens && worst == 0.0 && replays == (flash ? steps : 0) && st.graphs_recorded == (flash ? 2 : 0),
+               name,
+               "%lld decode steps: greedy tokens %s, logits max row rel diff %.2e (want 0), %lld of them graph "
+               "replays, %lld graphs recorded (want 2 with flash, 0 with classic)",
+               (long long)steps, same_tokens ? "identical" : "DIFFER", worst, (long long)replays,
+               (long long)st.graphs_recorded);
+out:
+    free(lg), free(lp);
+    mf_session_free(sg);
+    mf_session_free(sp);
+    mf_model_free(m);
+    mf_backend_free(be);
+    fixture_close(&f);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_model FIXTURES_DIR (tests/fixtures/models)\n");
@@ -1175,6 +1267,10 @@ int main(int argc, char **argv) {
     test_faults(cpu, "llama-tiny-bf16");
     test_cycles(cpu);
     for (int i = 0; i < 5; i++) test_cuda(fixtures[i]);
+    for (int a = 0; a < 2; a++) {
+        test_cuda_graphs("gpt2-tiny", attns[a]);
+        test_cuda_graphs("llama-tiny", attns[a]);
+    }
 
     mf_backend_free(cpu);
     rmdir(tmpdir);

@@ -142,6 +142,10 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
             o->ignore_eos = true;
             continue;
         }
+        if (!strcmp(a, "--no-graphs")) {
+            o->no_graphs = true;
+            continue;
+        }
         if (!one_of(a, valued)) return bad(err, "unknown option %.80s (see minfer generate --help)", a);
         if (i + 1 >= argc) return bad(err, "%s needs a value", a);
         const char *v = argv[++i];
@@ -194,6 +198,10 @@ static mf_args_result model_opt(int argc, char **argv, int *i, mf_model_args *o,
     static const char *const names[] = {"-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn",
                                         NULL};
     const char *a = argv[*i];
+    if (!strcmp(a, "--no-graphs")) {
+        o->no_graphs = true, *taken = true;
+        return MF_ARGS_OK;
+    }
     *taken = one_of(a, names);
     if (!*taken) return MF_ARGS_OK;
     if (*i + 1 >= argc) return bad(err, "%s needs a value", a);

@@ -43,6 +43,7 @@ typedef struct {
     bool ignore_eos;               // --ignore-eos
     mf_bos_mode bos;               // --bos / --no-bos (MF_BOS_AUTO)
     const char *attn;              // --attn flash|classic (NULL: flash; the library checks the name)
+    bool no_graphs;                // --no-graphs: decode steps launch their ops (no CUDA Graphs)
 } mf_generate_opts;
 
 // The model options of score, info and bench model.
@@ -53,6 +54,7 @@ typedef struct {
     mf_dtype dtype;        // --dtype (bf16 on CUDA; the CPU always computes in f32)
     uint64_t seed;         // --seed for synthetic weights, [0, 2^64)
     const char *attn;      // --attn (NULL: flash; the library checks the name)
+    bool no_graphs;        // --no-graphs: decode steps launch their ops (no CUDA Graphs)
 } mf_model_args;
 
 // minfer score -m DIR (-p TEXT | --tokens 1,2,3) [options]

@@ -37,7 +37,9 @@ static void help(FILE *f) {
             "  --backend B           auto (default), cpu or cuda\n"
             "  --dtype D             bf16 (default on CUDA), f16 or f32; the CPU computes in f32\n"
             "  --attn A              flash (mf_attention over the KV cache; default) or classic\n"
-            "                        (QK^T GEMM, softmax, PV GEMM: the reference)\n",
+            "                        (QK^T GEMM, softmax, PV GEMM: the reference)\n"
+            "  --no-graphs           launch every op of a decode step (default on CUDA: replay a\n"
+            "                        recorded CUDA Graph per step)\n",
             MF_ARGS_MAX_STOP);
 }
 
@@ -128,7 +130,7 @@ int mf_cmd_generate(int argc, char **argv) {
                 (long long)(info.max_pos - n_prompt + 1));
         max_seq = info.max_pos;
     }
-    if (mf_session_create(m, 1, max_seq, &s) != MF_OK) {
+    if (mf_session_create(m, 1, max_seq, &s) != MF_OK || (o.no_graphs && mf_session_set_graphs(s, false) != MF_OK)) {
         lib_error("session");
         goto done;
     }

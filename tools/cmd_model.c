@@ -483,6 +483,9 @@ static void bench_help(FILE *f) {
             "  --backend B          auto (default), cpu or cuda;  --dtype D  bf16 (default), f16, f32\n"
             "  --attn A             attention: flash (mf_attention over the KV cache; default) or classic\n"
             "                       (QK^T GEMM, softmax, PV GEMM: the reference and the \"before\")\n"
+            "  --no-graphs          decode steps launch their ops (default on CUDA: one CUDA Graph per step)\n"
+            "  Decode columns: dec_ops = ops per step (a graph counts the ops it recorded), dec_launches =\n"
+            "  host-side launches per step (1 with a graph), dec_host_us = host time per step until all is queued.\n"
             "  --seed N             seed of the synthetic weights (default 1)\n"
             "  Sizes whose session does not fit are reported on stderr and skipped.\n");
 }
@@ -497,6 +500,9 @@ typedef struct {
     int64_t *off1;         // (B + 1): 0, 1, 2, ...
     float *logits;         // (B, vocab)
     int32_t vocab;
+    int64_t dec_ops, dec_launches; // the last decode step's ops (a graph: those it recorded) and host launches
+    double dec_host_us;    // the last decode step's host time until all was queued
+    bool dec_graph;        // the last decode step replayed a CUDA Graph
 } bench_run;
 
 static int32_t argmax_row(const float *x, int32_t n) {
@@ -523,6 +529,9 @@ static mf_status run_decode_step(bench_run *r, double *secs) {
     mf_status st = mf_session_forward(r->s, r->B, r->slots, r->cur, r->off1, MF_LOGITS_LAST, r->logits);
     for (int32_t i = 0; st == MF_OK && i < r->B; i++) r->cur[i] = argmax_row(r->logits + (int64_t)i * r->vocab, r->vocab);
     *secs = now_s() - t0;
+    mf_session_stats ss;
+    if (st == MF_OK && mf_session_get_stats(r->s, &ss) == MF_OK)
+        r->dec_ops = ss.ops, r->dec_launches = ss.launches, r->dec_host_us = ss.host_us, r->dec_graph = ss.graph;
     return st;
 }
 
@@ -600,7 +609,8 @@ int mf_bench_model_main(int argc, char **argv) {
             mb(in.weight_bytes), mf_dtype_name(in.dtype), copy_gbps);
 
     static const char *const cols[] = {"model", "backend", "dtype", "attn", "batch", "seq", "fwd_ms", "prefill_tok/s",
-                                       "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s", "%roof", "mem_MB", "rss_MB",
+                                       "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s", "%roof", "dec_ops",
+                                       "dec_launches", "dec_host_us", "graphs", "mem_MB", "rss_MB",
                                        "copy_GB/s", "device", "date"};
     enum { NC = sizeof cols / sizeof cols[0] };
     tab = mf_bench_table_new(NC, cols);
@@ -632,9 +642,9 @@ int mf_bench_model_main(int argc, char **argv) {
             r.cur = malloc((size_t)B * sizeof *r.cur);
             r.logits = malloc((size_t)B * (size_t)in.vocab * sizeof *r.logits);
             double *ps = calloc((size_t)iters, sizeof *ps), *ts = calloc((size_t)iters, sizeof *ts);
-            double *ds = calloc((size_t)(iters * gen), sizeof *ds);
+            double *ds = calloc((size_t)(iters * gen), sizeof *ds), *dh = calloc((size_t)(iters * gen), sizeof *dh);
             mf_status st = MF_OK;
-            if (!prompt || !r.off || !r.off1 || !r.slots || !r.cur || !r.logits || !ps || !ts || !ds)
+            if (!prompt || !r.off || !r.off1 || !r.slots || !r.cur || !r.logits || !ps || !ts || !ds || !dh)
                 st = MF_ERR_OOM, fprintf(stderr, "minfer: bench model: batch %d seq %lld: out of host memory\n", B,
                                          (long long)S);
             if (st == MF_OK) {
@@ -646,6 +656,7 @@ int mf_bench_model_main(int argc, char **argv) {
                 for (int32_t i = 0; i <= B; i++) r.off[i] = (int64_t)i * S, r.off1[i] = i;
                 for (int32_t i = 0; i < B; i++) r.slots[i] = i;
                 st = mf_session_create(m, B, S + gen, &r.s);
+                if (st == MF_OK && mo.no_graphs) st = mf_session_set_graphs(r.s, false);
                 if (st != MF_OK)
                     fprintf(stderr, "minfer: bench model: batch %d seq %lld skipped: %s\n", B, (long long)S,
                             mf_last_error());
@@ -656,7 +667,7 @@ int mf_bench_model_main(int argc, char **argv) {
                 if (it >= 0) ps[it] = t, ts[it] = tt;
                 for (int k = 0; st == MF_OK && k < gen; k++) {
                     st = run_decode_step(&r, &t);
-                    if (it >= 0) ds[it * gen + k] = t;
+                    if (it >= 0) ds[it * gen + k] = t, dh[it * gen + k] = r.dec_host_us;
                 }
                 if (st != MF_OK) fail_lib("bench model: forward");
             }
@@ -696,17 +707,21 @@ int mf_bench_model_main(int argc, char **argv) {
                 snprintf(c[10], 256, "%.1f", (double)B / dec);
                 snprintf(c[11], 256, "%.1f", roof);
                 snprintf(c[12], 256, "%.1f", 100.0 * ((double)B / dec) / roof);
-                snprintf(c[13], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
-                snprintf(c[14], 256, "%.1f", cuda ? NAN : peak_rss_mb());
-                snprintf(c[15], 256, "%.1f", copy_gbps);
-                snprintf(c[16], 256, "%s", device);
-                snprintf(c[17], 256, "%s", date);
+                snprintf(c[13], 256, "%lld", (long long)r.dec_ops);
+                snprintf(c[14], 256, "%lld", (long long)r.dec_launches);
+                snprintf(c[15], 256, "%.1f", median(dh, iters * gen));
+                snprintf(c[16], 256, "%s", r.dec_graph ? "on" : "off");
+                snprintf(c[17], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
+                snprintf(c[18], 256, "%.1f", cuda ? NAN : peak_rss_mb());
+                snprintf(c[19], 256, "%.1f", copy_gbps);
+                snprintf(c[20], 256, "%s", device);
+                snprintf(c[21], 256, "%s", date);
                 mf_bench_table_add(tab, cells);
                 fprintf(stderr, "minfer: bench model: batch %d seq %lld: prefill %.2f ms, decode %.2f ms/step\n", B,
                         (long long)S, 1e3 * fwd, 1e3 * dec);
             }
             mf_session_free(r.s);
-            free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(ps), free(ts), free(ds);
+            free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(ps), free(ts), free(ds), free(dh);
         }
     }
     mf_bench_table_print(tab, fmt, stdout);

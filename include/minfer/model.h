@@ -91,6 +91,26 @@ typedef enum {
 mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                              const int64_t *offsets, mf_logits_mode mode, float *logits);
 
+// Graphs: on a backend that records them (CUDA Graphs), a decode step (one
+// new token for each of n_seqs sequences) is recorded once per n_seqs and
+// replayed for every later step of that size, so a step costs one launch
+// instead of ~10 per layer. On by default where supported (the flash
+// attention path; the classic one sizes its launches by the sequence lengths
+// on the host, so it never records); skipped while a profiler is set.
+// Outputs are identical either way. Turning them off frees the recorded graphs.
+mf_status mf_session_set_graphs(mf_session *s, bool on);
+
+// What the last mf_session_forward call did (for benchmarks and tests).
+typedef struct {
+    int64_t ops;           // ops queued by the last call (a replayed graph counts the ops it recorded)
+    int64_t launches;      // host-side launches by the last call (a replayed graph is 1)
+    double host_us;        // host time of the last call until its work was all queued (before the first wait)
+    bool graph;            // the last call replayed (or recorded then replayed) a graph
+    int64_t graphs_recorded;  // since the session was created
+    int64_t graphs_replayed;
+} mf_session_stats;
+mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out);
+
 // Bytes the session holds on the backend (KV cache + scratch peak).
 int64_t mf_session_bytes(const mf_session *s);
 

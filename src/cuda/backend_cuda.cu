@@ -47,6 +47,7 @@ static void ctx_release(mf_cuda_ctx *c) {
     if (c->err_count) cudaFree(c->err_count);
     if (c->err_host) cudaFreeHost(c->err_host);
     if (c->switch_event) cudaEventDestroy(c->switch_event);
+    if (c->capture) cudaStreamDestroy(c->capture);
     (void)cudaGetLastError();
     free(c);
 }
@@ -244,6 +245,10 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->rope = mf_cuda_rope;
     be->act = mf_cuda_act;
     be->copy_tensor = mf_cuda_copy;
+    be->graph_begin = mf_cuda_graph_begin;
+    be->graph_end = mf_cuda_graph_end;
+    be->graph_launch = mf_cuda_graph_launch;
+    be->graph_free = mf_cuda_graph_free;
     *out = be;
     return MF_OK;
 }

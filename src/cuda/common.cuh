@@ -30,6 +30,9 @@ struct mf_cuda_ctx {
     unsigned int *err_host;   // (1) pinned host: err_count read back at sync
     bool err_pending;         // an embed was queued since the last sync (else sync skips the read-back)
     int64_t err_vocab;        // vocab of the last embed, for the sync message
+    cudaStream_t capture;     // graph recording: a private stream (capture cannot use the legacy one), or NULL
+    cudaStream_t capture_prev;// the stream graph_begin replaced (restored by graph_end)
+    bool capturing;           // between graph_begin and graph_end
 };
 
 static inline mf_cuda_ctx *mf_cuda_ctx_of(mf_backend *be) { return static_cast<mf_cuda_ctx *>(be->ctx); }
@@ -91,6 +94,10 @@ mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softm
 mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *args);       // rope.cu
 mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.cu
 mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu
+mf_status mf_cuda_graph_begin(mf_backend *be);                         // graph.cu
+mf_status mf_cuda_graph_end(mf_backend *be, void **graph);
+mf_status mf_cuda_graph_launch(mf_backend *be, void *graph);
+void mf_cuda_graph_free(mf_backend *be, void *graph);
 }
 
 // ---- device helpers -------------------------------------------------------------------

@@ -157,7 +157,10 @@ mf_status mf_attention_flash(mf_session *s, int32_t l, int32_t n_segs, int64_t T
     mf_attention_args a = {.q = heads_of(&s->qkv, 0, T, 0, H, D), .k = mf_kv_cache_layer(&s->kv, l, 0),
                            .v = mf_kv_cache_layer(&s->kv, l, 1), .o = heads_of(&s->ctx, 0, T, 0, H, D),
                            .cu_seqlens_q = &cu, .k_lens = &klen, .slots = &slot, .batch = n_segs,
-                           .max_q_len = s->step_max_q, .max_k_len = s->step_max_k,
+                           .max_q_len = s->step_max_q,
+                           // decode steps bound the keys by max_seq, as a recorded graph must: the
+                           // split-KV choice, and so the rounding, is then the same with and without graphs
+                           .max_k_len = s->step_max_q == 1 ? s->max_seq : s->step_max_k,
                            .scale = 1.0f / sqrtf((float)D), .causal = true, .window = sp->sliding_window,
                            .workspace = s->attn_ws, .workspace_bytes = s->attn_ws_bytes};
     mf_prof_begin(s, "attention", s->step_max_q == 1 ? "decode" : "prefill");
@@ -255,6 +258,13 @@ mf_status mf_forward_gather(mf_session *s, const mf_tensor *x, int64_t k, mf_ten
     return MF_OK;
 }
 
+mf_status mf_forward_lm_head_gemm(mf_session *s, const mf_tensor *x) {
+    const mf_weights *w = &s->m->w;
+    mf_gemm_args g = {.a = *x, .b = w->lm_head.w, .c = rows_of(&s->logits, 0, x->shape[0]),
+                      .bias = opt(&w->lm_head.bias), .alpha = 1.0f, .beta = 0.0f};
+    return mf_fw_gemm(s, "lm_head", &g);
+}
+
 mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {
     const mf_weights *w = &s->m->w;
     const int64_t k = x->shape[0], vocab = s->m->spec.vocab;
@@ -264,6 +274,7 @@ mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {
         mf_gemm_args g = {.a = rows_of(x, r0, nb), .b = w->lm_head.w, .c = lg, .bias = opt(&w->lm_head.bias),
                           .alpha = 1.0f, .beta = 0.0f};
         MF_TRY(mf_fw_gemm(s, "lm_head", &g));
+        mf_session_mark_queued(s);
         mf_prof_begin(s, "d2h", "logits");
         mf_status st = mf_backend_copy(s->be, out + r0 * vocab, lg.data, (size_t)(nb * vocab) * sizeof(float),
                                        MF_COPY_D2H);

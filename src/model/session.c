@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
+#include "backend.h"
 #include "core/error.h"
 #include "model/session.h"
 
@@ -120,6 +122,15 @@ static mf_status check_size(const char *fn, const mf_model *m, int32_t max_batch
     return MF_OK;
 }
 
+static void graph_drop(mf_session *s, int i);
+
+// Graphs need a backend that records them and an attention whose launches do
+// not depend on the sequence lengths: the flash path reads them from device
+// memory; the classic path sizes its GEMMs by them on the host.
+static bool graphs_possible(const mf_session *s) {
+    return s->be->graph_begin != NULL && s->m->attn == MF_ATTN_FLASH;
+}
+
 // Scratch bytes for a session of this size (arena capacity).
 static int64_t scratch_bytes(const mf_model *m, int32_t B, int64_t S) {
     mf_session_dims d;
@@ -196,6 +207,7 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
     s->logit_rows = d.logit_rows;
     s->scores_ld = d.ld;
     s->attention = m->attn == MF_ATTN_CLASSIC ? mf_attention_classic : mf_attention_flash;
+    s->graphs = graphs_possible(s);
 
     mf_status st = MF_OK;
     const int64_t T = d.T, R = d.n_rows;
@@ -236,6 +248,7 @@ void mf_session_free(mf_session *s) {
     if (!s) return;
     mf_kv_cache_free(&s->kv);
     mf_arena_free(s->arena);
+    for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
     if (s->attn_ws) mf_backend_dealloc(s->be, s->attn_ws);
     free(s->len);
     free(s->seen);
@@ -345,48 +358,160 @@ static int32_t last_rows(mf_session *s, int32_t n_segs, int32_t *first) {
     return k;
 }
 
+// The segments of the step over input tokens [c0, c1) (sequences from i0 on)
+// into s->segs, and its index arrays packed into s->h_step, uploaded in one
+// copy: ids | pos | tok_slot (T each) | seg_cu (n_segs + 1) | seg_slot |
+// seg_klen (n_segs each). Returns the segment count in *n_segs.
+static mf_status stage_step(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                            const int64_t *offsets, int32_t i0, int64_t c0, int64_t c1, int32_t *n_segs_out) {
+    const int64_t T = c1 - c0;
+    s->h_ids = s->h_step, s->h_pos = s->h_step + T, s->h_tok_slot = s->h_step + 2 * T;
+    int32_t n_segs = 0;
+    s->step_max_q = 0, s->step_max_k = 0;
+    for (int32_t i = i0; i < n_seqs && offsets[i] < c1; i++) {
+        const int64_t a = offsets[i] > c0 ? offsets[i] : c0, b = offsets[i + 1] < c1 ? offsets[i + 1] : c1;
+        if (b <= a) continue;
+        mf_fwd_seg *g = &s->segs[n_segs++];
+        g->seq = i, g->slot = seq_ids[i], g->row0 = a - c0, g->n = b - a;
+        g->pos0 = s->len[g->slot] + (a - offsets[i]);
+        g->last = b == offsets[i + 1];
+        for (int64_t r = a; r < b; r++) {
+            s->h_ids[r - c0] = tokens[r];
+            s->h_pos[r - c0] = (int32_t)(g->pos0 + (r - a));
+            s->h_tok_slot[r - c0] = g->slot;
+        }
+        if (g->n > s->step_max_q) s->step_max_q = g->n;
+        if (g->pos0 + g->n > s->step_max_k) s->step_max_k = g->pos0 + g->n;
+    }
+    s->h_seg_cu = s->h_step + 3 * T, s->h_seg_slot = s->h_seg_cu + n_segs + 1;
+    s->h_seg_klen = s->h_seg_slot + n_segs;
+    s->h_seg_cu[0] = 0;
+    for (int32_t i = 0; i < n_segs; i++) {
+        const mf_fwd_seg *g = &s->segs[i];
+        s->h_seg_cu[i + 1] = (int32_t)(g->row0 + g->n);
+        s->h_seg_slot[i] = g->slot;
+        s->h_seg_klen[i] = (int32_t)(g->pos0 + g->n);
+    }
+    step_views(s, T, n_segs);
+    *n_segs_out = n_segs;
+    const size_t n_i32 = (size_t)(3 * T + 3 * (int64_t)n_segs + 1);
+    mf_prof_begin(s, "h2d", "step");
+    mf_status st = mf_backend_copy(s->be, s->step_i32.data, s->h_step, n_i32 * sizeof(int32_t), MF_COPY_H2D);
+    mf_prof_end(s, "h2d", "step");
+    return st;
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+}
+
+// The host time of this call up to now, the first time it is asked: all of
+// the call's work is queued, what follows waits for the device.
+void mf_session_mark_queued(mf_session *s) {
+    if (s->call_host_us < 0) s->call_host_us = now_us() - s->call_t0;
+}
+
+// ---- decode-step graphs -----------------------------------------------------------------------
+
+static void graph_drop(mf_session *s, int i) {
+    if (s->graph[i].exec) s->be->graph_free(s->be, s->graph[i].exec);
+    memset(&s->graph[i], 0, sizeof s->graph[i]);
+}
+
+// A decode step of n_seqs sequences (one token each, staged already) as a
+// graph: replays the one recorded for n_seqs, or records it first (the least
+// recently used entry makes room). The attention's key bound is max_seq so
+// that one recording serves every later length. Logits: (n_seqs, vocab) into
+// logits. A recording that fails (an op that cannot be recorded) turns graphs
+// off for the session and returns MF_ERR_UNSUPPORTED: the caller runs the
+// step plainly.
+static mf_status graph_step(mf_session *s, int32_t n_segs, float *logits) {
+    const int64_t T = n_segs, vocab = s->m->spec.vocab;
+    int e = -1, victim = 0;
+    for (int i = 0; i < MF_SESSION_GRAPHS; i++) {
+        if (s->graph[i].n_seqs == n_segs) e = i;
+        if (s->graph[i].used < s->graph[victim].used) victim = i;
+    }
+    s->step_max_q = 1, s->step_max_k = s->max_seq;
+    const int64_t ops0 = s->call_ops;
+    if (e < 0) {
+        e = victim;
+        graph_drop(s, e);
+        MF_TRY(s->be->graph_begin(s->be));
+        s->recording = true;
+        mf_tensor hid;
+        mf_status st = mf_forward_step(s, n_segs, T, &hid);
+        if (st == MF_OK) st = mf_forward_lm_head_gemm(s, &hid);
+        void *exec = NULL;
+        mf_status se = s->be->graph_end(s->be, &exec);
+        s->recording = false;
+        if (st == MF_OK && se != MF_OK) { // not recordable: plain steps from now on
+            s->graphs = false;
+            for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
+            s->call_ops = ops0;
+            return MF_ERR_UNSUPPORTED;
+        }
+        if (st != MF_OK) {
+            if (exec) s->be->graph_free(s->be, exec);
+            return st;
+        }
+        s->graph[e].n_seqs = n_segs, s->graph[e].exec = exec, s->graph[e].ops = s->call_ops - ops0;
+        s->graphs_recorded++;
+    }
+    s->graph[e].used = ++s->graph_clock;
+    s->call_ops = ops0 + s->graph[e].ops;
+    s->call_launches = 1; // the step's upload, then one graph
+    MF_TRY(s->be->graph_launch(s->be, s->graph[e].exec));
+    s->graphs_replayed++;
+    s->call_graph = true;
+    mf_session_mark_queued(s);
+    return mf_backend_copy(s->be, logits, s->logits.data, (size_t)(T * vocab) * sizeof(float), MF_COPY_D2H);
+}
+
+mf_status mf_session_set_graphs(mf_session *s, bool on) {
+    if (!s) return mf_fail(MF_ERR_INVALID_ARG, "session_set_graphs: session is NULL");
+    if (!on)
+        for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
+    s->graphs = on && graphs_possible(s);
+    return MF_OK;
+}
+
+mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out) {
+    if (!s) return mf_fail(MF_ERR_INVALID_ARG, "session_get_stats: session is NULL");
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "session_get_stats: out is NULL");
+    *out = (mf_session_stats){.ops = s->call_ops, .launches = s->call_launches,
+                              .host_us = s->call_host_us < 0 ? 0 : s->call_host_us, .graph = s->call_graph,
+                              .graphs_recorded = s->graphs_recorded, .graphs_replayed = s->graphs_replayed};
+    return MF_OK;
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
 mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                              const int64_t *offsets, mf_logits_mode mode, float *logits) {
     MF_TRY(check_forward(s, n_seqs, seq_ids, tokens, offsets, mode));
+    s->call_t0 = now_us(), s->call_host_us = -1, s->call_ops = 0, s->call_launches = -1, s->call_graph = false;
     const int64_t total = offsets[n_seqs], vocab = s->m->spec.vocab;
+    // One token for each sequence in one step: a decode step, replayed as a graph.
+    if (s->graphs && !s->prof_on && logits && total == n_seqs && total <= s->step_tokens) {
+        int32_t n_segs;
+        MF_TRY(stage_step(s, n_seqs, seq_ids, tokens, offsets, 0, 0, total, &n_segs));
+        mf_status st = graph_step(s, n_segs, logits);
+        if (st == MF_OK) {
+            MF_TRY(mf_backend_sync(s->be));
+            for (int32_t i = 0; i < n_seqs; i++) s->len[seq_ids[i]] += 1;
+            return MF_OK;
+        }
+        if (st != MF_ERR_UNSUPPORTED) return st;
+        s->call_t0 = now_us(); // not recordable: the plain path below
+    }
     int32_t i0 = 0; // first sequence with tokens at or after c0
     for (int64_t c0 = 0; c0 < total;) {
         const int64_t c1 = total - c0 < s->step_tokens ? total : c0 + s->step_tokens, T = c1 - c0;
-        // The step's index arrays, packed for one upload: ids | pos | tok_slot
-        // (T each) | seg_cu (n_segs + 1) | seg_slot | seg_klen (n_segs each).
-        s->h_ids = s->h_step, s->h_pos = s->h_step + T, s->h_tok_slot = s->h_step + 2 * T;
-        int32_t n_segs = 0;
-        s->step_max_q = 0, s->step_max_k = 0;
-        for (int32_t i = i0; i < n_seqs && offsets[i] < c1; i++) {
-            const int64_t a = offsets[i] > c0 ? offsets[i] : c0, b = offsets[i + 1] < c1 ? offsets[i + 1] : c1;
-            if (b <= a) continue;
-            mf_fwd_seg *g = &s->segs[n_segs++];
-            g->seq = i, g->slot = seq_ids[i], g->row0 = a - c0, g->n = b - a;
-            g->pos0 = s->len[g->slot] + (a - offsets[i]);
-            g->last = b == offsets[i + 1];
-            for (int64_t r = a; r < b; r++) {
-                s->h_ids[r - c0] = tokens[r];
-                s->h_pos[r - c0] = (int32_t)(g->pos0 + (r - a));
-                s->h_tok_slot[r - c0] = g->slot;
-            }
-            if (g->n > s->step_max_q) s->step_max_q = g->n;
-            if (g->pos0 + g->n > s->step_max_k) s->step_max_k = g->pos0 + g->n;
-        }
-        s->h_seg_cu = s->h_step + 3 * T, s->h_seg_slot = s->h_seg_cu + n_segs + 1;
-        s->h_seg_klen = s->h_seg_slot + n_segs;
-        s->h_seg_cu[0] = 0;
-        for (int32_t i = 0; i < n_segs; i++) {
-            const mf_fwd_seg *g = &s->segs[i];
-            s->h_seg_cu[i + 1] = (int32_t)(g->row0 + g->n);
-            s->h_seg_slot[i] = g->slot;
-            s->h_seg_klen[i] = (int32_t)(g->pos0 + g->n);
-        }
-        step_views(s, T, n_segs);
-        const size_t n_i32 = (size_t)(3 * T + 3 * (int64_t)n_segs + 1);
-        mf_prof_begin(s, "h2d", "step");
-        mf_status st = mf_backend_copy(s->be, s->step_i32.data, s->h_step, n_i32 * sizeof(int32_t), MF_COPY_H2D);
-        mf_prof_end(s, "h2d", "step");
-        MF_TRY(st);
+        int32_t n_segs;
+        MF_TRY(stage_step(s, n_seqs, seq_ids, tokens, offsets, i0, c0, c1, &n_segs));
         mf_tensor hid;
         MF_TRY(mf_forward_step(s, n_segs, T, &hid));
         if (logits && mode == MF_LOGITS_ALL) {
@@ -407,6 +532,8 @@ mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_i
         while (i0 < n_seqs && offsets[i0 + 1] <= c1) i0++;
         c0 = c1;
     }
+    mf_session_mark_queued(s);
+    if (s->call_launches < 0) s->call_launches = s->call_ops;
     MF_TRY(mf_backend_sync(s->be));
     for (int32_t i = 0; i < n_seqs; i++) s->len[seq_ids[i]] += offsets[i + 1] - offsets[i];
     return MF_OK;

@@ -30,6 +30,8 @@ typedef struct {
     bool last;     // holds the sequence's last new token
 } mf_fwd_seg;
 
+enum { MF_SESSION_GRAPHS = 8 }; // decode graphs kept per session (batch sizes in use)
+
 struct mf_session;
 // The attention of one layer over the step's n_segs segments (T rows): reads
 // the queries from the q part of s->qkv (rotated already), keys and values
@@ -88,10 +90,28 @@ struct mf_session {
 
     bool prof_on;
     mf_session_profiler prof;
+
+    // decode-step graphs, one per batch size (mf_session_set_graphs)
+    bool graphs;             // use them (default: when the backend records graphs)
+    bool recording;          // forward ops are being recorded into a graph
+    struct {
+        int32_t n_seqs;      // 0: empty entry
+        void *exec;          // the backend's executable graph
+        uint64_t used;       // graph_clock at the last use (least recently used goes first)
+        int64_t ops;         // ops it recorded
+    } graph[MF_SESSION_GRAPHS];
+    uint64_t graph_clock;
+
+    // statistics of the last forward call (mf_session_get_stats)
+    int64_t call_ops, call_launches;
+    double call_t0, call_host_us; // call_host_us < 0: not yet marked in this call
+    bool call_graph;
+    int64_t graphs_recorded, graphs_replayed;
 };
 
-// Profiling brackets (one branch when off).
+// Profiling brackets (one branch when off); they also count the ops of a call.
 static inline void mf_prof_begin(struct mf_session *s, const char *op, const char *what) {
+    s->call_ops++;
     if (s->prof_on && s->prof.begin) s->prof.begin(s->prof.user, op, what);
 }
 static inline void mf_prof_end(struct mf_session *s, const char *op, const char *what) {
@@ -109,6 +129,12 @@ mf_status mf_forward_step(struct mf_session *s, int32_t n_segs, int64_t T, mf_te
 // The LM head over x (k, hidden) into host rows out[0 .. k) (vocab f32 each),
 // in blocks of s->logit_rows.
 mf_status mf_forward_lm_head(struct mf_session *s, const mf_tensor *x, float *out);
+// The LM head's GEMM alone: x (k <= s->logit_rows rows) into s->logits (what
+// a recorded decode step ends with; the read-back follows the replay).
+mf_status mf_forward_lm_head_gemm(struct mf_session *s, const mf_tensor *x);
+// session.c: notes the host time of the current forward call once its work is
+// all queued (called before the first blocking read-back).
+void mf_session_mark_queued(struct mf_session *s);
 // Rows `rows` (k <= rows.shape[0], device ids already uploaded) of x gathered into s->gathered.
 mf_status mf_forward_gather(struct mf_session *s, const mf_tensor *x, int64_t k, mf_tensor *out);
 
