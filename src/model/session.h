@@ -118,10 +118,14 @@ static inline void mf_prof_end(struct mf_session *s, const char *op, const char 
     if (s->prof_on && s->prof.end) s->prof.end(s->prof.user, op, what);
 }
 
-// The ops as the forward calls them: bracketed by the profiler; `what` names the role.
-mf_status mf_fw_gemm(struct mf_session *s, const char *what, const mf_gemm_args *a);
-mf_status mf_fw_softmax(struct mf_session *s, const char *what, const mf_softmax_args *a);
-mf_status mf_fw_copy(struct mf_session *s, const char *what, const mf_copy_args *a);
+// The ops a forward step queues, all through mf_fw_op: the one dispatch
+// point, where the profiler brackets each op and the call counts it.
+typedef enum {
+    MF_FW_GEMM, MF_FW_NORM, MF_FW_EMBED, MF_FW_ADD, MF_FW_SOFTMAX, MF_FW_ACT, MF_FW_COPY,
+    MF_FW_KV_WRITE, MF_FW_ATTENTION,
+} mf_fw_kind;
+// args: the op's args struct (mf_gemm_args for MF_FW_GEMM, ...); `what` names its role.
+mf_status mf_fw_op(struct mf_session *s, mf_fw_kind op, const char *what, const void *args);
 
 // forward.c: one step over rows [0, T) (s->step_i32 already uploaded),
 // segments s->segs[0 .. n_segs). *out: the final hidden rows (T, hidden).
