@@ -1153,6 +1153,39 @@ out:
     fixture_close(&f);
 }
 
+// Memory: the flash path keeps no scores buffer, so a session's plan (KV
+// cache + scratch) grows linearly with max_seq (at most 2x per doubling, as
+// the KV cache does); the classic path's scores scratch comes on top.
+static void test_memory_plan(mf_backend *cpu) {
+    static const char name[] = "memory plan(tiny: flash linear in max_seq)";
+    mf_model *mf = NULL, *mc = NULL;
+    const mf_model_opts of = {.dtype = MF_DTYPE_F32, .attn = "flash"}, oc = {.dtype = MF_DTYPE_F32, .attn = "classic"};
+    // the tiny preset stands in: plan_memory needs no weights beyond the spec
+    if (!check_ok(name, mf_model_synthetic("tiny", 1, cpu, &of, &mf)) ||
+        !check_ok(name, mf_model_synthetic("tiny", 1, cpu, &oc, &mc))) {
+        mf_model_free(mf);
+        mf_model_free(mc);
+        return;
+    }
+    double worst = 0;
+    bool ok = true, less = true;
+    int64_t prev = 0;
+    for (int64_t S = 1024; ok && S <= 16384; S *= 2) {
+        mf_session_plan pf, pc;
+        ok = check_ok(name, mf_session_plan_memory(mf, 1, S, &pf)) && check_ok(name, mf_session_plan_memory(mc, 1, S, &pc));
+        if (!ok) break;
+        const int64_t tot = pf.kv_bytes + pf.scratch_bytes;
+        if (prev) worst = fmax(worst, (double)tot / (double)prev);
+        less &= pf.scratch_bytes < pc.scratch_bytes;
+        prev = tot;
+    }
+    if (ok)
+        report(worst <= 2.0 && less, name, "flash: worst growth %.3fx per doubling of max_seq (want <= 2); scratch below classic's: %s",
+               worst, less ? "yes" : "NO");
+    mf_model_free(mf);
+    mf_model_free(mc);
+}
+
 // CUDA Graphs: greedy decoding with graphs (the default) and without gives
 // the same logits bit for bit, on both attention paths and batch sizes 1, 3
 // and 8 in one session (each size recorded once, then replayed; a size met
@@ -1261,6 +1294,7 @@ int main(int argc, char **argv) {
     }
     test_bad_inputs(cpu);
     test_broken(cpu);
+    test_memory_plan(cpu);
     test_profiler(cpu, "flash");
     test_profiler(cpu, "classic");
     test_faults(cpu, "gpt2-tiny");
