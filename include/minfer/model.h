@@ -53,6 +53,12 @@ typedef struct {
     int32_t eos_ids[MF_MODEL_MAX_EOS];
     const char *backend;       // "cpu" | "cuda"
     const char *source;        // the checkpoint directory, or "synthetic:PRESET"
+    const char *family;        // the architecture family: "gpt2" | "llama" (Llama, Mistral) | "qwen2" | ...
+    const char *family_about;  // one line: what the family covers
+    const char *hf_class;      // config.json "architectures"[0] as known ("" for synthetic models)
+    bool chat_template;        // the checkpoint has a chat template (tokenizer_config.json's
+                               // chat_template, or chat_template.jinja); minfer does not apply it
+    int64_t sliding_window;    // attention window in tokens; 0: full attention
 } mf_model_info;
 
 mf_status mf_model_get_info(const mf_model *m, mf_model_info *out);

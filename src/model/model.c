@@ -53,6 +53,32 @@ static mf_status read_generation_config(const char *dir, mf_dec_spec *s) {
     return st;
 }
 
+// Whether the checkpoint carries a chat template: tokenizer_config.json's
+// chat_template (a string or a list of named ones), or chat_template.jinja
+// (where newer transformers save it). Only reported; a malformed
+// tokenizer_config.json is the tokenizer's error, not this one's.
+static bool has_chat_template(const char *dir) {
+    bool yes = false;
+    struct stat sb;
+    char *path = mf_path_join(dir, "chat_template.jinja");
+    if (path && stat(path, &sb) == 0) yes = true;
+    free(path);
+    path = yes ? NULL : mf_path_join(dir, "tokenizer_config.json");
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if (path && stat(path, &sb) == 0 && mf_file_read_all(path, 64 << 20, &text, &len) == MF_OK &&
+        mf_json_parse(text, len, path, "tokenizer config", &root) == MF_OK) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+        yes = (cJSON_IsString(t) && t->valuestring[0]) || (cJSON_IsArray(t) && t->child);
+    }
+    cJSON_Delete(root);
+    free(text);
+    free(path);
+    mf_clear_error();
+    return yes;
+}
+
 static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts *opts, mf_dtype *dt) {
     *dt = MF_DTYPE_BF16;
     if (opts) {
@@ -94,6 +120,7 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
     char *cfg_path = mf_path_join(dir, "config.json");
     mf_status s = cfg_path ? mf_model_config_load(cfg_path, &cfg) : mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
     if (s == MF_OK) s = mf_spec_from_config(&cfg, cfg_path, &m->spec, &m->fam);
+    if (s == MF_OK) snprintf(m->hf_class, sizeof m->hf_class, "%s", cfg.arch_name);
     free(cfg_path);
     if (s == MF_OK) s = read_generation_config(dir, &m->spec);
     if (s == MF_OK) s = mf_st_open_dir(dir, &st);
@@ -119,6 +146,7 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
         mf_model_free(m);
         return s;
     }
+    m->chat_template = has_chat_template(dir);
     if (m->tok && m->spec.bos_id < 0) m->spec.bos_id = mf_tokenizer_bos_id(m->tok);
     if (m->tok && m->spec.n_eos == 0 && mf_tokenizer_eos_id(m->tok) >= 0) {
         m->spec.n_eos = 1;
@@ -161,6 +189,11 @@ mf_status mf_model_get_info(const mf_model *m, mf_model_info *out) {
     for (int32_t i = 0; i < s->n_eos; i++) out->eos_ids[i] = s->eos_ids[i];
     out->backend = mf_backend_name(m->be);
     out->source = m->source;
+    out->family = m->fam ? m->fam->name : s->arch;
+    out->family_about = m->fam ? m->fam->about : "";
+    out->hf_class = m->hf_class;
+    out->chat_template = m->chat_template;
+    out->sliding_window = s->sliding_window;
     return MF_OK;
 }
 

@@ -26,6 +26,8 @@ struct mf_model {
     mf_tokenizer *tok;        // NULL: none
     int64_t n_params;
     char source[256];         // checkpoint directory or "synthetic:PRESET"
+    char hf_class[64];        // config.json "architectures"[0] ("" for synthetic)
+    bool chat_template;       // tokenizer_config.json chat_template or chat_template.jinja present
 };
 
 // A zeroed model on be with the dtype opts ask for (CPU: always f32);
