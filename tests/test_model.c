@@ -2,12 +2,18 @@
 //
 //   test_model FIXTURES_DIR     (tests/fixtures/models, by tests/fixtures/make_fixtures.py)
 //
-// - Fixtures (HF transformers, float32 eager reference): all-position logits
+// - Fixtures (HF transformers, float32 eager reference; GPT-2, Llama, Llama 3
+//   scaling, bf16 Llama, Mixtral (refused until the MoE MLP lands), Qwen2 with
+//   q/k/v biases and tied embeddings): all-position logits
 //   of prompt_ids against logits.npy, per row max|got - ref| / max|ref| <= 1e-4
 //   (the CPU computes in f32; HF's f32 forward differs by f32 rounding, ~1e-6);
 //   20 greedy tokens identical (mf_session_forward step by step, argmax here);
 //   the batch prompts prefilled and decoded together give each one's tokens;
 //   per-token NLL as in expected.json (1e-4 absolute); model info.
+// - Mistral with sliding_window 8 (mistral-window-tiny, 41-token prompt): the
+//   full fixture test under -DMF_TEST_SLIDING_WINDOW (once sessions run
+//   windowed attention); until then, a longer session is refused naming the
+//   window and the first 8 positions match HF.
 // - A float64 reference forward written here from the spec and the weight
 //   views, for the synthetic tiny presets (Llama-shaped GQA + RoPE, GPT-2
 //   shaped, post-norm): 1e-4 relative as above.
