@@ -1,5 +1,6 @@
 // Weights: loading (or generating) every tensor into one backend allocation.
-// See weights.h; the names come from each family's weight map (arch_*.c).
+// See weights.h; the names come from each family's weight map (arch_*.c)
+// through the planner (wplan.c).
 //
 // A load is planned first: one slot per destination tensor, each filled from
 // 1..3 source tensors stacked along dim 0 (Llama's q|k|v, gate|up). The plan
@@ -7,7 +8,6 @@
 // tensor and its file) before anything is allocated, then the slots are
 // placed in the block, converted and uploaded.
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,58 +17,11 @@
 #include "core/error.h"
 #include "model/arch.h"
 #include "model/weights.h"
+#include "model/wplan.h"
 
 #define MF_W_ALIGN 256
-#define MF_W_NAME 128
 
-typedef struct {
-    mf_tensor *dst;            // the view this slot sets
-    int32_t n_src;             // 1..3 sources stacked along dim 0
-    char name[3][MF_W_NAME];   // their names in the checkpoint
-    int64_t rows[3];           // dim 0 of each source
-    int64_t cols;              // dim 1 of every source; 0: the sources are vectors
-    bool transposed;           // a torch Linear (out, in): the view is its transpose (in, out)
-    float mean, std;           // synthetic values: mean + std * N(0, 1)
-    const mf_st_tensor *src[3];
-    int64_t offset;            // bytes into the block; -1: a view into the mmap
-} wslot;
-
-struct mf_wplan {
-    wslot *v;
-    int32_t n, cap;
-    bool oom;
-    bool fuse;               // stack q|k|v and gate|up (the weights are copied anyway)
-    const mf_st_file *st;    // the checkpoint; NULL: random weights
-};
 typedef mf_wplan wplan;
-
-// snprintf into a name buffer (names are short; a longer one is cut, and then
-// simply not found in the checkpoint).
-static void set_name(char *dst, const char *fmt, ...) MF_PRINTF(2, 3);
-static void set_name(char *dst, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst, MF_W_NAME, fmt, ap);
-    va_end(ap);
-}
-
-static wslot *plan_add(wplan *p, mf_tensor *dst) {
-    if (p->n == p->cap) {
-        int32_t cap = p->cap ? 2 * p->cap : 64;
-        wslot *v = realloc(p->v, (size_t)cap * sizeof *v);
-        if (!v) {
-            p->oom = true;
-            return NULL;
-        }
-        p->v = v, p->cap = cap;
-    }
-    wslot *s = &p->v[p->n++];
-    memset(s, 0, sizeof *s);
-    s->dst = dst;
-    s->offset = -1;
-    s->std = 0.02f;
-    return s;
-}
 
 static int64_t slot_rows(const wslot *s) {
     int64_t r = 0;
@@ -77,89 +30,6 @@ static int64_t slot_rows(const wslot *s) {
 }
 
 static int64_t slot_numel(const wslot *s) { return slot_rows(s) * (s->cols ? s->cols : 1); }
-
-bool mf_wplan_has(const mf_wplan *p, const char *name) { return p->st && mf_st_lookup(p->st, name); }
-
-void mf_wplan_vec(mf_wplan *p, mf_tensor *dst, int64_t n, float mean, const char *fmt, ...) {
-    wslot *s = plan_add(p, dst);
-    if (!s) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->name[0], MF_W_NAME, fmt, ap);
-    va_end(ap);
-    s->n_src = 1;
-    s->rows[0] = n;
-    s->mean = mean;
-}
-
-// A matrix: sources names[0..n) of rows[i] x cols, stacked.
-static void plan_mat(wplan *p, mf_tensor *dst, bool transposed, int n, char names[][MF_W_NAME], const int64_t *rows,
-                     int64_t cols) {
-    wslot *s = plan_add(p, dst);
-    if (!s) return;
-    s->n_src = n;
-    for (int i = 0; i < n; i++) {
-        set_name(s->name[i], "%s", names[i]);
-        s->rows[i] = rows[i];
-    }
-    s->cols = cols;
-    s->transposed = transposed;
-}
-
-void mf_wplan_mat(mf_wplan *p, mf_tensor *dst, bool transposed, int64_t rows, int64_t cols, const char *fmt, ...) {
-    char names[1][MF_W_NAME];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(names[0], MF_W_NAME, fmt, ap);
-    va_end(ap);
-    plan_mat(p, dst, transposed, 1, names, &rows, cols);
-}
-
-// A stacked vector (biases of stacked matrices).
-static void plan_vecs(wplan *p, mf_tensor *dst, int n, char names[][MF_W_NAME], const int64_t *lens) {
-    wslot *s = plan_add(p, dst);
-    if (!s) return;
-    s->n_src = n;
-    for (int i = 0; i < n; i++) {
-        set_name(s->name[i], "%s", names[i]);
-        s->rows[i] = lens[i];
-    }
-}
-
-void mf_wplan_linears(mf_wplan *p, mf_linear *lin, int32_t *n_out, int n, const char *const *base,
-                      const int64_t *out, int64_t in, bool bias) {
-    char names[3][MF_W_NAME];
-    if (n < 1 || n > 3) { // a family's bug, not the checkpoint's: fail the plan
-        p->oom = true;
-        return;
-    }
-    if (p->fuse || n == 1) {
-        for (int i = 0; i < n; i++) set_name(names[i], "%s.weight", base[i]);
-        plan_mat(p, &lin[0].w, true, n, names, out, in);
-        if (bias) {
-            for (int i = 0; i < n; i++) set_name(names[i], "%s.bias", base[i]);
-            plan_vecs(p, &lin[0].bias, n, names, out);
-        }
-        if (n_out) *n_out = 1;
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        set_name(names[0], "%s.weight", base[i]);
-        plan_mat(p, &lin[i].w, true, 1, names, &out[i], in);
-        if (bias) mf_wplan_vec(p, &lin[i].bias, out[i], 0.0f, "%s.bias", base[i]);
-    }
-    if (n_out) *n_out = n;
-}
-
-void mf_wplan_conv1d(mf_wplan *p, mf_linear *lin, int64_t in, int64_t out, const char *fmt, ...) {
-    char base[MF_W_NAME];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(base, MF_W_NAME, fmt, ap);
-    va_end(ap);
-    mf_wplan_mat(p, &lin->w, false, in, out, "%s.weight", base);
-    mf_wplan_vec(p, &lin->bias, out, 0.0f, "%s.bias", base);
-}
 
 // ---- values: checkpoint conversion and seeded random -------------------------------
 

@@ -61,7 +61,7 @@ typedef struct {
 
 struct mf_family;
 
-// ---- the planner a family's weight map calls (arch.h) ----------------------------------
+// ---- the planner a family's weight map calls (arch.h; wplan.c) --------------------------
 // One call per destination view, in any order; names are printf formats.
 // Sizes are what the spec implies: a checkpoint tensor of another shape or
 // dtype, or a missing one, fails the load naming the tensor and its file.
