@@ -1172,6 +1172,7 @@ int main(int argc, char **argv) {
     test_window_refused(cpu);
 #endif
     test_reference(cpu, "tiny");
+    test_reference(cpu, "tiny-geglu");
     test_reference(cpu, "tiny-gpt2");
     test_reference(cpu, "tiny-postnorm");
     test_bad_inputs(cpu);

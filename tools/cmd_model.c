@@ -221,7 +221,7 @@ static void info_help(FILE *f) {
                "  Architecture, parameter count, dtype and the memory plan of a session of\n"
                "  --batch sequences (default 1) of --seq tokens (default min(max positions, 2048)).\n"
                "  Family, chat template, and what runs on which backend.\n"
-               "  Presets: small, medium, large, tiny-gpt2, tiny-postnorm, llama-7b, tiny.\n");
+               "  Presets: small, medium, large, tiny-gpt2, tiny-postnorm, llama-7b, tiny, tiny-geglu.\n");
 }
 
 int mf_cmd_model_info(int argc, char **argv) {

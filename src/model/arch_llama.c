@@ -106,12 +106,16 @@ static void llama_shaped(mf_dec_spec *s, int32_t layers, int32_t hidden, int32_t
 
 static void llama_7b(mf_dec_spec *s) { llama_shaped(s, 32, 4096, 32, 32, 11008, 32000, 4096); }
 static void tiny(mf_dec_spec *s) { llama_shaped(s, 2, 64, 4, 2, 128, 512, 1024); }
+static void tiny_geglu(mf_dec_spec *s) { // hidden_act gelu_pytorch_tanh (Gemma-style gated GELU): tests
+    tiny(s);
+    s->act = MF_DEC_ACT_GELU_TANH;
+}
 
 static const mf_arch_class classes[] = {
     {"LlamaForCausalLM", "llama", MF_ARCH_LLAMA},
     {"MistralForCausalLM", "mistral", MF_ARCH_MISTRAL},
 };
-static const mf_arch_preset presets[] = {{"llama-7b", llama_7b}, {"tiny", tiny}};
+static const mf_arch_preset presets[] = {{"llama-7b", llama_7b}, {"tiny", tiny}, {"tiny-geglu", tiny_geglu}};
 
 const mf_family mf_family_llama = {
     .name = "llama",
