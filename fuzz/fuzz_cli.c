@@ -99,7 +99,6 @@ static void run_bench_model(int argc, char **argv, char *err) {
     check_model(&o.model, argv, argc);
     REQUIRE(o.gen >= 1 && o.gen <= 4096 && o.iters >= 0 && o.iters <= 100000);
     REQUIRE(o.n_batches >= 0 && o.n_batches <= MF_ARGS_MAX_LIST && o.n_seqs >= 0 && o.n_seqs <= MF_ARGS_MAX_LIST);
-    REQUIRE(!o.batch_s == !o.n_batches && !o.seq_s == !o.n_seqs);
     for (int i = 0; i < o.n_batches; i++) REQUIRE(o.batches[i] >= 1 && o.batches[i] <= INT32_MAX);
     for (int i = 0; i < o.n_seqs; i++) REQUIRE(o.seqs[i] >= 1 && o.seqs[i] <= INT32_MAX);
     REQUIRE(o.fmt == MF_BENCH_TABLE || o.fmt == MF_BENCH_CSV || o.fmt == MF_BENCH_JSON);

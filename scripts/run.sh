@@ -6,6 +6,9 @@
 #   bash scripts/run.sh
 #   BUILD_DIR=build-x MF_CMAKE_ARGS="-DMF_CUDA=OFF" bash scripts/run.sh
 #
+# Set-up first (scripts/deps.sh): missing Debian packages are installed as
+# root or through sudo; without either, one line names them (exit 2).
+#
 # The fixture models (tests/fixtures/models) have random weights: their text is
 # gibberish by design. For a real checkpoint, download a Hugging Face GPT-2 or
 # Llama folder (config.json, *.safetensors, tokenizer.json) and run
@@ -16,14 +19,31 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+# Set-up: installs the missing Debian packages (root or sudo) or names them and exits 2.
+bash scripts/deps.sh
+
+# nvcc is often installed off PATH; CMake's CUDA detection honours CUDACXX.
 if ! command -v nvcc >/dev/null 2>&1 && [[ -z ${CUDACXX:-} && -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 gen=()
 if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+# Quiet on success; on failure CMake's (or the compiler's) own output.
+mkdir -p "$build"
 # shellcheck disable=SC2086  # MF_CMAKE_ARGS is a list of words on purpose
-cmake -S . -B "$build" "${gen[@]}" ${MF_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" -j "$jobs" >/dev/null
+if ! cmake -S . -B "$build" "${gen[@]}" ${MF_CMAKE_ARGS:-} >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
+  echo "scripts/run.sh: configure failed (CMake's output above, also in $build/configure.log)" >&2
+  exit 1
+fi
+grep -h '^-- minfer: ' "$build/configure.log" | sed 's/^-- //' || true # CUDA on, or CPU only: one line
+echo "minfer: building in $build/ ..."
+if ! cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1; then
+  cat "$build/build.log" >&2
+  echo "scripts/run.sh: build failed (output above, also in $build/build.log)" >&2
+  exit 1
+fi
 mf="$build/minfer"
 
 echo "== minfer info"

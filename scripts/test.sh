@@ -7,14 +7,17 @@
 #   BUILD_DIR=build-x MF_CMAKE_ARGS="-DMF_CUDA=OFF" scripts/test.sh
 #
 # CUDA is compiled when nvcc is found (on PATH, or /usr/local/cuda/bin/nvcc);
-# without it the build is CPU-only. Needs cmake, a C compiler, pkg-config,
-# OpenBLAS, cJSON, PCRE2 (-dev), python3 with numpy and pytest.
+# without it the build is CPU-only. What it needs (Debian packages, numpy,
+# pytest, ml_dtypes) is installed first by scripts/deps.sh --python when
+# missing (root, sudo, pip); without root or sudo it names them and exits 2.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+bash scripts/deps.sh --python
 
 # nvcc is often installed off PATH; CMake's CUDA detection honours CUDACXX.
 if ! command -v nvcc >/dev/null 2>&1 && [[ -z ${CUDACXX:-} && -x /usr/local/cuda/bin/nvcc ]]; then
@@ -26,6 +29,7 @@ if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null 2>&1; then
   gen=(-G Ninja)
 fi
 
+# CMake's own output stays visible: a configure failure names the missing piece.
 # shellcheck disable=SC2086  # MF_CMAKE_ARGS is a list of words on purpose
 cmake -S . -B "$build" "${gen[@]}" ${MF_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"

@@ -131,6 +131,25 @@ good "minfer generate (llama-tiny, 4 tokens, greedy, cpu)" generate "${m[@]}" -p
 good "minfer score --tokens (llama-tiny, cpu)" score "${m[@]}" --tokens 1,5,7 --backend cpu
 good "minfer info -m (llama-tiny, cpu)" info "${m[@]}" --batch 2 --seq 64 --backend cpu
 
+# says WHAT NEEDLE ARGS...: exit 0 and NEEDLE on stdout.
+says() {
+  local what=$1 needle=$2
+  shift 2
+  if "$bin" "$@" >"$tmp/out" 2>"$tmp/err" && grep -qF -- "$needle" "$tmp/out"; then
+    pass=$((pass + 1))
+    echo "ok   $what: $(grep -F -- "$needle" "$tmp/out" | head -n 1)"
+  else
+    fail=$((fail + 1))
+    echo "FAIL $what: no '$needle' on stdout: $(head -c 300 "$tmp/out") $(tail -n 2 "$tmp/err")"
+  fi
+}
+q=(-m "$fix/models/qwen2-tiny" --backend cpu)
+says "info: family (qwen2-tiny)" "family:       qwen2, Qwen2ForCausalLM" info "${q[@]}"
+says "info: chat template (qwen2-tiny)" "a chat template is present" info "${q[@]}"
+says "info: no chat template (llama-tiny)" "no chat template" info "${m[@]}" --backend cpu
+says "info: backends (llama-tiny)" "cpu:  every op" info "${m[@]}" --backend cpu
+says "info: family (mistral-window-tiny)" "family:       llama, MistralForCausalLM" info -m "$fix/models/mistral-window-tiny" --backend cpu
+
 echo "bad-input cases: $nbad"
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

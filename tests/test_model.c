@@ -2,12 +2,16 @@
 //
 //   test_model FIXTURES_DIR     (tests/fixtures/models, by tests/fixtures/make_fixtures.py)
 //
-// - Fixtures (HF transformers, float32 eager reference): all-position logits
+// - Fixtures (HF transformers, float32 eager reference; GPT-2, Llama, Llama 3
+//   scaling, bf16 Llama, Mixtral (refused until the MoE MLP lands), Qwen2 with
+//   q/k/v biases and tied embeddings): all-position logits
 //   of prompt_ids against logits.npy, per row max|got - ref| / max|ref| <= 1e-4
 //   (the CPU computes in f32; HF's f32 forward differs by f32 rounding, ~1e-6);
 //   20 greedy tokens identical (mf_session_forward step by step, argmax here);
 //   the batch prompts prefilled and decoded together give each one's tokens;
 //   per-token NLL as in expected.json (1e-4 absolute); model info.
+// - Mistral with sliding_window 8 (mistral-window-tiny, 41-token prompt): the
+//   full fixture test (each query sees its last 8 keys), flash path.
 // - A float64 reference forward written here from the spec and the weight
 //   views, for the synthetic tiny presets (Llama-shaped GQA + RoPE, GPT-2
 //   shaped, post-norm): 1e-4 relative as above.
@@ -1283,12 +1287,15 @@ int main(int argc, char **argv) {
     mf_backend *cpu = NULL;
     if (mf_backend_init("cpu", &cpu) != MF_OK) return 2;
 
-    const char *fixtures[] = {"gpt2-tiny", "llama-tiny", "llama3-tiny", "llama-tiny-bf16", "mixtral-tiny"};
-    for (int i = 0; i < 5; i++) test_fixture(cpu, fixtures[i]);
+    const char *fixtures[] = {"gpt2-tiny",    "llama-tiny", "llama3-tiny",        "llama-tiny-bf16",
+                              "mixtral-tiny", "qwen2-tiny", "mistral-window-tiny"}; // window 8, a 41-token prompt
+    const int n_fixtures = (int)(sizeof fixtures / sizeof fixtures[0]);
+    for (int i = 0; i < n_fixtures; i++) test_fixture(cpu, fixtures[i]);
     const char *attns[] = {"flash", "classic"};
     for (int a = 0; a < 2; a++) {
         test_reference(cpu, "tiny", attns[a], 0);
         test_reference(cpu, "tiny", attns[a], 5); // sliding window (Mistral)
+        test_reference(cpu, "tiny-geglu", attns[a], 0);
         test_reference(cpu, "tiny-gpt2", attns[a], 0);
         test_reference(cpu, "tiny-postnorm", attns[a], 0);
     }
@@ -1300,7 +1307,7 @@ int main(int argc, char **argv) {
     test_faults(cpu, "gpt2-tiny");
     test_faults(cpu, "llama-tiny-bf16");
     test_cycles(cpu);
-    for (int i = 0; i < 5; i++) test_cuda(fixtures[i]);
+    for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);
         test_cuda_graphs("llama-tiny", attns[a]);

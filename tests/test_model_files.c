@@ -887,6 +887,45 @@ static void test_config_inline(void) {
     s = mf_model_config_parse(t, strlen(t) - 9, "slice", &c); // a slice: not NUL-terminated there
     report(s == MF_OK && c.vocab_size == 10, "config_parse_slice", "%s", s == MF_OK ? "" : mf_last_error());
 
+    // Qwen2: the Llama block, q/k/v biases (none on o), Qwen2Config's defaults; a
+    // sliding window on every layer or none (max_window_layers, layer_types).
+#define QWEN2(over) LLAMA("\"architectures\":[\"Qwen2ForCausalLM\"]," over, NULL)
+    s = parse(QWEN2(""), &c);
+    report(s == MF_OK && c.arch == MF_ARCH_QWEN2 && strcmp(c.arch_name, "Qwen2ForCausalLM") == 0 && c.qkv_bias &&
+               !c.o_bias && !c.mlp_bias && c.max_pos == 32768 && c.rope_theta == 1e4 && c.norm_eps == 1e-6 &&
+               c.bos_id == -1 && c.n_eos == 0 && c.sliding_window == 0 && !c.tie_word_embeddings,
+           "config_qwen2_defaults", "%s", s == MF_OK ? "" : mf_last_error());
+    s = parse(QWEN2("\"use_sliding_window\":true,\"sliding_window\":16,\"max_window_layers\":0,"), &c);
+    report(s == MF_OK && c.sliding_window == 16, "config_qwen2_window_every_layer", "%s",
+           s == MF_OK ? "" : mf_last_error());
+    s = parse(QWEN2("\"use_sliding_window\":true,\"sliding_window\":16,"), &c); // max_window_layers 28 >= 2 layers
+    report(s == MF_OK && c.sliding_window == 0, "config_qwen2_window_no_layer", "%s", s == MF_OK ? "" : mf_last_error());
+    s = parse(QWEN2("\"use_sliding_window\":false,\"sliding_window\":16,\"max_window_layers\":0,"), &c);
+    report(s == MF_OK && c.sliding_window == 0, "config_qwen2_window_off", "%s", s == MF_OK ? "" : mf_last_error());
+    s = parse(QWEN2("\"use_sliding_window\":true,\"sliding_window\":8,"
+                    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\"],"),
+              &c);
+    report(s == MF_OK && c.sliding_window == 8, "config_qwen2_layer_types_sliding", "%s",
+           s == MF_OK ? "" : mf_last_error());
+    cfg_bad("config_qwen2_window_some_layers",
+            QWEN2("\"use_sliding_window\":true,\"sliding_window\":16,\"max_window_layers\":1,"), MF_ERR_UNSUPPORTED,
+            "sliding window on 1 of 2 layers", "max_window_layers 1");
+    cfg_bad("config_qwen2_layer_types_mixed",
+            QWEN2("\"use_sliding_window\":true,\"layer_types\":[\"full_attention\",\"sliding_attention\"],"),
+            MF_ERR_UNSUPPORTED, "sliding window on 1 of 2 layers", NULL);
+    cfg_bad("config_qwen2_layer_types_length", QWEN2("\"layer_types\":[\"full_attention\"],"), MF_ERR_FORMAT,
+            "layer_types", "num_hidden_layers 2");
+#undef QWEN2
+    // Phi-3 / Gemma-style details the decoder lacks are refused by field name.
+    cfg_bad("config_partial_rotary", LLAMA("\"partial_rotary_factor\":0.5,", NULL), MF_ERR_UNSUPPORTED,
+            "partial_rotary_factor 0.5 is not supported", NULL);
+    s = parse(LLAMA("\"partial_rotary_factor\":1.0,", NULL), &c);
+    report(s == MF_OK, "config_partial_rotary_one", "%s", s == MF_OK ? "" : mf_last_error());
+    cfg_bad("config_gemma_arch", "{\"architectures\":[\"GemmaForCausalLM\"],\"model_type\":\"gemma\"}",
+            MF_ERR_UNSUPPORTED, "architecture 'GemmaForCausalLM' unsupported", "Qwen2ForCausalLM");
+    cfg_bad("config_phi3_model_type", "{\"model_type\":\"phi3\"}", MF_ERR_UNSUPPORTED,
+            "model_type 'phi3' unsupported", "qwen2");
+
     cfg_bad("config_bad_arch", "{\"architectures\":[\"BertForMaskedLM\"],\"model_type\":\"bert\"}", MF_ERR_UNSUPPORTED,
             "architecture 'BertForMaskedLM' unsupported", "LlamaForCausalLM");
     cfg_bad("config_bad_model_type", "{\"model_type\":\"t5\"}", MF_ERR_UNSUPPORTED, "model_type 't5' unsupported",

@@ -353,10 +353,8 @@ mf_args_result mf_parse_bench_model_args(int argc, char **argv, mf_bench_model_o
         mf_args_result r = MF_ARGS_OK;
         if (!strcmp(a, "--batch")) {
             r = list_opt(a, v, o->batches, &o->n_batches, err);
-            o->batch_s = v;
         } else if (!strcmp(a, "--seq")) {
             r = list_opt(a, v, o->seqs, &o->n_seqs, err);
-            o->seq_s = v;
         } else if (!strcmp(a, "--format")) {
             if (!format_of(v, &o->fmt)) r = bad(err, "--format %.80s: not table, csv or json", v);
         } else if (!strcmp(a, "--gen")) {

@@ -77,10 +77,9 @@ typedef struct {
 // minfer bench model [options]
 typedef struct {
     mf_model_args model;              // no -m and no --synthetic: --synthetic small; --seed 1
-    const char *batch_s, *seq_s;      // --batch / --seq as given, or NULL (backend defaults)
     int64_t batches[MF_ARGS_MAX_LIST]; // (n_batches) --batch values, each [1, 2^31)
     int64_t seqs[MF_ARGS_MAX_LIST];    // (n_seqs) --seq values, each [1, 2^31)
-    int n_batches, n_seqs;            // 0 when not given
+    int n_batches, n_seqs;            // 0 when not given: the backend's defaults
     mf_bench_format fmt;              // --format (table)
     int gen;                          // --gen, [1, 4096] (16)
     int iters;                        // --iters, [1, 100000]; 0: backend default

@@ -105,17 +105,10 @@ int mf_cmd_generate(int argc, char **argv) {
         goto done;
     }
 
-    // The session holds the prompt and the new tokens (the model's max_pos at most):
-    // count the prompt's tokens as mf_generate will make them.
-    const bool has_bos = mf_tokenizer_bos_id(tok) >= 0;
-    const bool add_bos = o.bos == MF_BOS_ADD ||
-                         (o.bos == MF_BOS_AUTO && has_bos && (mf_tokenizer_default_add_bos(tok) || !o.prompt[0]));
+    // Tokenised once: the length sizes the session (the prompt and the new
+    // tokens, the model's max_pos at most), the ids are what mf_generate runs.
     int64_t n_prompt = 0;
-    if (add_bos && !has_bos) {
-        fprintf(stderr, "minfer: error: generate: --bos given but the tokenizer has no BOS token\n");
-        goto done;
-    }
-    if (mf_tokenizer_encode(tok, o.prompt, strlen(o.prompt), add_bos, &ids, &n_prompt) != MF_OK) {
+    if (mf_generate_encode_prompt(tok, o.prompt, o.bos, 0, &ids, &n_prompt) != MF_OK) {
         lib_error("tokenizing the prompt");
         goto done;
     }
@@ -135,15 +128,14 @@ int mf_cmd_generate(int argc, char **argv) {
         goto done;
     }
 
-    const char *prompts[1] = {o.prompt};
-    mf_prompts pr = {.n = 1, .texts = prompts};
+    const int32_t *prompt_ids[1] = {ids};
+    mf_prompts pr = {.n = 1, .tokens = prompt_ids, .n_tokens = &n_prompt};
     mf_generate_params p = mf_generate_params_default();
     p.max_new_tokens = o.n;
     p.sampler = o.sp;
     p.stop = o.stop;
     p.n_stop = o.n_stop;
     p.ignore_eos = o.ignore_eos;
-    p.bos = o.bos;
     p.on_text = on_text;
     bool streamed = false;
     p.user = &streamed;

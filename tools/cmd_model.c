@@ -61,21 +61,6 @@ static int open_model(const model_opts *o, bool verbose, mf_backend **be, mf_mod
 
 static double mb(int64_t bytes) { return (double)bytes / 1e6; }
 
-// "1,4,8" -> values (at most cap); false on a bad list.
-static bool parse_list(const char *s, int64_t *v, int *n, int cap) {
-    *n = 0;
-    while (*s) {
-        char *end;
-        long long x = strtoll(s, &end, 10);
-        if (end == s || x < 1 || *n == cap) return false;
-        v[(*n)++] = x;
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return false;
-    }
-    return *n > 0;
-}
-
 // ---- score ----------------------------------------------------------------------------------------
 
 // A (rows, cols) f32 .npy (format 1.0, header padded to 64 bytes).
@@ -235,7 +220,8 @@ static void info_help(FILE *f) {
     fprintf(f, "usage: minfer info (-m DIR | --synthetic PRESET) [--batch N] [--seq N] [--backend B] [--dtype D]\n"
                "  Architecture, parameter count, dtype and the memory plan of a session of\n"
                "  --batch sequences (default 1) of --seq tokens (default min(max positions, 2048)).\n"
-               "  Presets: small, medium, large, llama-7b, tiny, tiny-gpt2, tiny-postnorm.\n");
+               "  Family, chat template, and what runs on which backend.\n"
+               "  Presets: small, medium, large, tiny-gpt2, tiny-postnorm, llama-7b, tiny, tiny-geglu.\n");
 }
 
 int mf_cmd_model_info(int argc, char **argv) {
@@ -257,6 +243,7 @@ int mf_cmd_model_info(int argc, char **argv) {
     mf_model_get_info(m, &in);
     if (!seq) seq = in.max_pos < 2048 ? in.max_pos : 2048;
     printf("model:        %s\n", in.source);
+    printf("family:       %s%s%s: %s\n", in.family, in.hf_class[0] ? ", " : "", in.hf_class, in.family_about);
     printf("architecture: %s: %d layers, hidden %d, heads %d (kv %d, head_dim %d), ffn %d, vocab %d, max positions %lld\n",
            in.arch, in.n_layers, in.hidden, in.n_heads, in.n_kv_heads, in.head_dim, in.ffn, in.vocab,
            (long long)in.max_pos);
@@ -267,6 +254,20 @@ int mf_cmd_model_info(int argc, char **argv) {
         printf("tokenizer:    %lld tokens, bos %d, eos %d\n", (long long)mf_tokenizer_vocab_size(tok), in.bos_id, in.eos_id);
     else
         printf("tokenizer:    none (bos %d, eos %d)\n", in.bos_id, in.eos_id);
+    printf("chat:         %s\n", in.chat_template ? "a chat template is present (minfer does not apply it: -p is the raw prompt)"
+                                                   : "no chat template");
+    if (in.sliding_window > 0)
+        printf("attention:    sliding window: each token attends to its last %lld positions\n",
+               (long long)in.sliding_window);
+    // What runs where: the CPU computes every op in f32; CUDA in the chosen dtype.
+    const char *attn = mo.attn ? mo.attn : "flash";
+    const bool classic = !strcmp(attn, "classic");
+    printf("backends:     cpu:  every op, f32 (f16/bf16 weights widened at load), OpenBLAS GEMMs, attention %s%s\n",
+           attn, strcmp(in.backend, "cpu") == 0 ? "   <- this run" : "");
+    printf("              cuda: weights, activations and KV cache in bf16 (default), f16 or f32 (--dtype), f32 "
+           "accumulation, attention %s (%s)%s\n",
+           attn, classic ? "QK^T GEMM -> softmax -> PV" : "online softmax over the KV cache; decode steps as CUDA Graphs",
+           strcmp(in.backend, "cuda") == 0 ? "   <- this run" : mf_cuda_available() ? "" : "   (no CUDA device here)");
     mf_session_plan p;
     int rc = 0;
     if (mf_session_plan_memory(m, (int32_t)batch, seq, &p) != MF_OK) {
@@ -561,7 +562,6 @@ int mf_bench_model_main(int argc, char **argv) {
     }
     if (ar != MF_ARGS_OK) return fail_usage("bench model", err);
     const model_opts mo = bo.model;
-    const char *batch_s = bo.batch_s, *seq_s = bo.seq_s; // NULL: the backend's defaults below
     const int gen = bo.gen;
     int iters = bo.iters;
     const bool profile = bo.profile;
@@ -576,19 +576,18 @@ int mf_bench_model_main(int argc, char **argv) {
     if (!cuda && !getenv("OMP_WAIT_POLICY")) // measured: 4-10x slower decode on a loaded 2-core box without it
         fprintf(stderr, "minfer: bench model: note: OMP_WAIT_POLICY is not set; OpenMP threads spinning between ops "
                         "take the cores from OpenBLAS's threads: run with OMP_WAIT_POLICY=PASSIVE for CPU figures\n");
-    if (!batch_s) batch_s = cuda ? "1,4,8,16,32" : "1";
-    if (!seq_s) seq_s = cuda ? "128,512,2048,8192" : "128";
+    // --batch / --seq as parsed (cli_args.c), else the backend's defaults.
+    static const int64_t cuda_batches[] = {1, 4, 8, 16, 32}, cuda_seqs[] = {128, 512, 2048, 8192}, cpu_one[] = {1},
+                         cpu_seqs[] = {128};
+    const int64_t *batches = bo.n_batches ? bo.batches : cuda ? cuda_batches : cpu_one;
+    const int64_t *seqs = bo.n_seqs ? bo.seqs : cuda ? cuda_seqs : cpu_seqs;
+    const int nb = bo.n_batches ? bo.n_batches : cuda ? 5 : 1, ns = bo.n_seqs ? bo.n_seqs : cuda ? 4 : 1;
     if (!iters) iters = cuda ? 5 : 3;
-    int64_t batches[16], seqs[16];
-    int nb, ns, rc = 1;
+    int rc = 1;
     mf_bench_timer *timer = NULL;
     mf_bench_table *tab = NULL, *ptab = NULL;
     profiler prof;
     memset(&prof, 0, sizeof prof);
-    if (!parse_list(batch_s, batches, &nb, 16) || !parse_list(seq_s, seqs, &ns, 16)) {
-        fail_usage("bench model", "--batch / --seq want comma-separated positive numbers"); // checked by the parser
-        goto out;
-    }
     mf_model_info in;
     mf_model_get_info(m, &in);
     if (mf_bench_timer_init(be, (size_t)1 << 20, &timer) != MF_OK) {

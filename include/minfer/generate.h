@@ -72,6 +72,14 @@ typedef enum {
     MF_BOS_NONE = 2, // never (an empty text prompt is then an error)
 } mf_bos_mode;
 
+// A text prompt -> ids exactly as mf_generate makes them: BOS in front by
+// `bos` (the rule above), then mf_tokenizer_encode. For callers that need the
+// length first (to size a session) and then generate from the same ids.
+// `index` names the prompt in messages ("prompt 0 is empty"). *ids: free
+// with mf_tokenizer_free_buffer.
+mf_status mf_generate_encode_prompt(const mf_tokenizer *tok, const char *text, mf_bos_mode bos, int32_t index,
+                                   int32_t **ids, int64_t *n_ids);
+
 // Streaming: called as text becomes final, in order per sequence. `text`
 // (len > 0 bytes, not NUL-terminated) is valid during the call only. A chunk
 // never ends inside a UTF-8 character, except the last chunk of a sequence

@@ -34,8 +34,9 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
 // 768 hidden, 12 heads, GPT-2 shaped), "medium" (24, 1024, 16), "large"
 // (32, 4096, 32), "llama-7b" (Llama-2-7B shapes), "tiny" (2 layers, 64
 // hidden: tests; Llama-shaped with GQA, vocab 512). Also for tests:
-// "tiny-gpt2" (GPT-2-shaped tiny) and "tiny-postnorm" (GPT-2-shaped with the
-// norms after the residual adds). The GPT-2-shaped presets have vocab 50257
+// "tiny-gpt2" (GPT-2-shaped tiny), "tiny-postnorm" (GPT-2-shaped with the
+// norms after the residual adds) and "tiny-geglu" ("tiny" with a GELU-tanh
+// gated MLP). The GPT-2-shaped presets have vocab 50257
 // and 16384 learned positions. Values: N(0, 0.02) (norm gains 1 + that),
 // the same for a seed on every backend (rounded to the dtype). No tokenizer.
 mf_status mf_model_synthetic(const char *preset, uint64_t seed, mf_backend *be, const mf_model_opts *opts,
@@ -55,6 +56,12 @@ typedef struct {
     int32_t eos_ids[MF_MODEL_MAX_EOS];
     const char *backend;       // "cpu" | "cuda"
     const char *source;        // the checkpoint directory, or "synthetic:PRESET"
+    const char *family;        // the architecture family: "gpt2" | "llama" (Llama, Mistral) | "qwen2" | ...
+    const char *family_about;  // one line: what the family covers
+    const char *hf_class;      // config.json "architectures"[0] as known ("" for synthetic models)
+    bool chat_template;        // the checkpoint has a chat template (tokenizer_config.json's
+                               // chat_template, or chat_template.jinja); minfer does not apply it
+    int64_t sliding_window;    // attention window in tokens; 0: full attention
 } mf_model_info;
 
 mf_status mf_model_get_info(const mf_model *m, mf_model_info *out);

@@ -90,7 +90,7 @@ mf_status mf_cuda_gemm(mf_backend *be, const mf_gemm_args *args);       // gemm.
 mf_status mf_cuda_add_norm(mf_backend *be, const mf_norm_args *args);   // norm.cu
 mf_status mf_cuda_embed(mf_backend *be, const mf_embed_args *args);     // embed.cu
 mf_status mf_cuda_add(mf_backend *be, const mf_add_args *args);         // add.cu
-mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softmax.cu (not written yet)
+mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softmax.cu
 mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *args);       // rope.cu
 mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.cu
 mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu

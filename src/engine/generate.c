@@ -267,17 +267,7 @@ static mf_status setup(gen_state *g, const mf_prompts *pr) {
         int32_t *enc = NULL;
         int64_t n_ids;
         if (pr->texts) {
-            const mf_tokenizer *tok = src->tok;
-            bool has_bos = mf_tokenizer_bos_id(tok) >= 0;
-            bool empty = pr->texts[i][0] == '\0';
-            bool add_bos = p->bos == MF_BOS_ADD ||
-                           (p->bos == MF_BOS_AUTO && has_bos && (mf_tokenizer_default_add_bos(tok) || empty));
-            if (add_bos && !has_bos)
-                return mf_fail(MF_ERR_INVALID_ARG, "generate: BOS requested but the tokenizer has no BOS token");
-            if (empty && !add_bos)
-                return mf_fail(MF_ERR_INVALID_ARG, "generate: prompt %d is empty and no BOS is added (%s)", (int)i,
-                               p->bos == MF_BOS_NONE ? "bos mode NONE" : "the tokenizer has no BOS token");
-            MF_TRY(mf_tokenizer_encode(tok, pr->texts[i], strlen(pr->texts[i]), add_bos, &enc, &n_ids));
+            MF_TRY(mf_generate_encode_prompt(src->tok, pr->texts[i], p->bos, i, &enc, &n_ids));
             ids = enc;
         } else {
             ids = pr->tokens[i];
@@ -454,6 +444,24 @@ static mf_status session_forward(void *ctx, int32_t n_seqs, const int32_t *seq_i
 }
 
 static mf_status session_reset(void *ctx, int32_t seq) { return mf_session_reset(ctx, seq); }
+
+mf_status mf_generate_encode_prompt(const mf_tokenizer *tok, const char *text, mf_bos_mode bos, int32_t index,
+                                   int32_t **ids, int64_t *n_ids) {
+    if (!ids || !n_ids) return mf_fail(MF_ERR_INVALID_ARG, "generate: encode_prompt: ids or n_ids is NULL");
+    *ids = NULL, *n_ids = 0;
+    if (!tok || !text) return mf_fail(MF_ERR_INVALID_ARG, "generate: encode_prompt: tokenizer or text is NULL");
+    if (bos != MF_BOS_AUTO && bos != MF_BOS_ADD && bos != MF_BOS_NONE)
+        return mf_fail(MF_ERR_INVALID_ARG, "generate: bos mode %d unknown", (int)bos);
+    const bool has_bos = mf_tokenizer_bos_id(tok) >= 0;
+    const bool empty = text[0] == '\0';
+    const bool add_bos = bos == MF_BOS_ADD || (bos == MF_BOS_AUTO && has_bos && (mf_tokenizer_default_add_bos(tok) || empty));
+    if (add_bos && !has_bos)
+        return mf_fail(MF_ERR_INVALID_ARG, "generate: BOS requested but the tokenizer has no BOS token");
+    if (empty && !add_bos)
+        return mf_fail(MF_ERR_INVALID_ARG, "generate: prompt %d is empty and no BOS is added (%s)", (int)index,
+                       bos == MF_BOS_NONE ? "bos mode NONE" : "the tokenizer has no BOS token");
+    return mf_tokenizer_encode(tok, text, strlen(text), add_bos, ids, n_ids);
+}
 
 mf_status mf_generate(mf_session *s, const mf_prompts *prompts, const mf_generate_params *p,
                       mf_generate_result *out) {

@@ -6,37 +6,21 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <cJSON.h>
-
 #include "core/alloc.h"
 #include "core/error.h"
+#include "model/arch.h"
 #include "model/config.h"
+#include "model/config_read.h"
 #include "model/fileio.h"
 
-#define NAME_FMT "%.200s"
+#define NAME_FMT MF_CFG_FN
 #define MAX_CONFIG_BYTES (16u << 20)
 #define JSON_INT_MAX 9007199254740992.0 // 2^53: integers a double holds exactly
-#define SIZE_MAX32 ((int64_t)INT32_MAX)
-
-static const struct {
-    const char *arch_name;
-    const char *model_type;
-    mf_arch arch;
-} arch_table[] = {
-    {"GPT2LMHeadModel", "gpt2", MF_ARCH_GPT2},
-    {"LlamaForCausalLM", "llama", MF_ARCH_LLAMA},
-    {"MistralForCausalLM", "mistral", MF_ARCH_MISTRAL},
-    {"MixtralForCausalLM", "mixtral", MF_ARCH_MIXTRAL},
-    {"Qwen2MoeForCausalLM", "qwen2_moe", MF_ARCH_QWEN2_MOE},
-};
-#define N_ARCHS ((int)(sizeof arch_table / sizeof arch_table[0]))
-#define SUPPORTED_ARCHS \
-    "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM"
+#define SIZE_MAX32 MF_CFG_MAX32
 
 const char *mf_arch_name(mf_arch a) {
-    for (int i = 0; i < N_ARCHS; i++)
-        if (arch_table[i].arch == a) return arch_table[i].model_type;
-    return "?";
+    const mf_arch_class *k = mf_arch_class_of(a);
+    return k ? k->model_type : "?";
 }
 
 const char *mf_hidden_act_name(mf_hidden_act a) {
@@ -51,17 +35,9 @@ const char *mf_hidden_act_name(mf_hidden_act a) {
 
 // ---- field access --------------------------------------------------------------------
 
-typedef struct {
-    const cJSON *obj;   // the object fields are read from
-    const char *fn;     // file name for messages
-    const char *prefix; // "" or "rope_scaling." for messages
-} ctx;
-
-#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 // The first of names present with a non-null value (NULL when none); *which
 // is set to its name, or to names[0].
-static const cJSON *field(const ctx *c, const char *const *names, const char **which) {
+const cJSON *mf_cfg_field(const mf_cfg *c, const char *const *names, const char **which) {
     *which = names[0];
     for (int i = 0; names[i]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, names[i]);
@@ -73,7 +49,7 @@ static const cJSON *field(const ctx *c, const char *const *names, const char **w
     return NULL;
 }
 
-static mf_status missing(const ctx *c, const char *const *names) {
+static mf_status missing(const mf_cfg *c, const char *const *names) {
     char alt[160] = "";
     size_t k = 0;
     for (int i = 1; names[i] && k < sizeof alt; i++)
@@ -83,10 +59,10 @@ static mf_status missing(const ctx *c, const char *const *names) {
 }
 
 // An integer field in [lo, hi]; def when absent or null (or an error when required).
-static mf_status get_int(const ctx *c, const char *const *names, bool required, int64_t def, int64_t lo,
+mf_status mf_cfg_int(const mf_cfg *c, const char *const *names, bool required, int64_t def, int64_t lo,
                          int64_t hi, int64_t *out) {
     const char *w;
-    const cJSON *v = field(c, names, &w);
+    const cJSON *v = mf_cfg_field(c, names, &w);
     int64_t i = def; // a default out of range (GPT-2's 4 * n_embd) is refused too
     if (!v) {
         if (required) return missing(c, names);
@@ -104,9 +80,9 @@ static mf_status get_int(const ctx *c, const char *const *names, bool required, 
 }
 
 // A finite number; def when absent or null (or an error when required).
-static mf_status get_num(const ctx *c, const char *const *names, bool required, double def, double *out,
+mf_status mf_cfg_num(const mf_cfg *c, const char *const *names, bool required, double def, double *out,
                          const char **which) {
-    const cJSON *v = field(c, names, which);
+    const cJSON *v = mf_cfg_field(c, names, which);
     if (!v) {
         if (required) return missing(c, names);
         *out = def;
@@ -119,17 +95,17 @@ static mf_status get_num(const ctx *c, const char *const *names, bool required, 
 }
 
 // A number > 0 (epsilons, theta, scaling factors).
-static mf_status get_pos(const ctx *c, const char *const *names, bool required, double def, double *out) {
+mf_status mf_cfg_pos(const mf_cfg *c, const char *const *names, bool required, double def, double *out) {
     const char *w;
-    MF_TRY(get_num(c, names, required, def, out, &w));
+    MF_TRY(mf_cfg_num(c, names, required, def, out, &w));
     if (!(*out > 0))
         return mf_fail(MF_ERR_FORMAT, NAME_FMT ": %s%s = %g must be > 0", c->fn, c->prefix, w, *out);
     return MF_OK;
 }
 
-static mf_status get_bool(const ctx *c, const char *name, bool def, bool *out) {
+mf_status mf_cfg_bool(const mf_cfg *c, const char *name, bool def, bool *out) {
     const char *w;
-    const cJSON *v = field(c, NAMES(name), &w);
+    const cJSON *v = mf_cfg_field(c, MF_CFG_NAMES(name), &w);
     if (!v) {
         *out = def;
         return MF_OK;
@@ -141,9 +117,9 @@ static mf_status get_bool(const ctx *c, const char *name, bool def, bool *out) {
 }
 
 // A string field; def when absent or null.
-static mf_status get_str(const ctx *c, const char *const *names, const char *def, const char **out) {
+mf_status mf_cfg_str(const mf_cfg *c, const char *const *names, const char *def, const char **out) {
     const char *w;
-    const cJSON *v = field(c, names, &w);
+    const cJSON *v = mf_cfg_field(c, names, &w);
     if (!v) {
         *out = def;
         return MF_OK;
@@ -154,13 +130,25 @@ static mf_status get_str(const ctx *c, const char *const *names, const char *def
     return MF_OK;
 }
 
+mf_status mf_cfg_refuse_num(const mf_cfg *c, const char *name, double ok, const char *why) {
+    const char *w;
+    const cJSON *v = mf_cfg_field(c, MF_CFG_NAMES(name), &w);
+    if (!v || (cJSON_IsNumber(v) && v->valuedouble == ok)) return MF_OK;
+    if (cJSON_IsNumber(v))
+        return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": %s%s %g is not supported (%s)", c->fn, c->prefix, name,
+                       v->valuedouble, why);
+    return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field '%s%s' is not a number", c->fn, c->prefix, name);
+}
+
 // ---- the parts -----------------------------------------------------------------------
 
-static mf_status parse_arch(const ctx *c, mf_model_config *m) {
+// "architectures"[0] (else model_type) -> the family and class that read the rest.
+static mf_status parse_arch(const mf_cfg *c, mf_model_config *m, const mf_family **fam) {
     const char *mt = NULL;
-    MF_TRY(get_str(c, NAMES("model_type"), NULL, &mt));
+    MF_TRY(mf_cfg_str(c, MF_CFG_NAMES("model_type"), NULL, &mt));
     if (mt) snprintf(m->model_type, sizeof m->model_type, "%s", mt);
-
+    char known[512];
+    const mf_arch_class *k = NULL;
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(c->obj, "architectures");
     if (archs && !cJSON_IsNull(archs)) {
         if (!cJSON_IsArray(archs))
@@ -169,33 +157,28 @@ static mf_status parse_arch(const ctx *c, mf_model_config *m) {
             if (!cJSON_IsString(archs->child))
                 return mf_fail(MF_ERR_FORMAT, NAME_FMT ": 'architectures'[0] is not a string", c->fn);
             const char *a = archs->child->valuestring;
-            for (int i = 0; i < N_ARCHS; i++) {
-                if (strcmp(a, arch_table[i].arch_name) == 0) {
-                    m->arch = arch_table[i].arch;
-                    snprintf(m->arch_name, sizeof m->arch_name, "%s", a);
-                    return MF_OK;
-                }
-            }
-            return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": architecture '%.64s' unsupported (supported: " SUPPORTED_ARCHS ")",
-                           c->fn, a);
-        }
-    }
-    if (!mt) return missing(c, NAMES("architectures", "model_type"));
-    for (int i = 0; i < N_ARCHS; i++) {
-        if (strcmp(mt, arch_table[i].model_type) == 0) {
-            m->arch = arch_table[i].arch;
-            snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_table[i].arch_name);
+            k = mf_arch_class_find(a, NULL, fam);
+            if (!k)
+                return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": architecture '%.64s' unsupported (supported: %s)", c->fn,
+                               a, mf_arch_list(known, sizeof known, false, false));
+            m->arch = k->arch;
+            snprintf(m->arch_name, sizeof m->arch_name, "%s", a);
             return MF_OK;
         }
     }
-    return mf_fail(MF_ERR_UNSUPPORTED,
-                   NAME_FMT ": model_type '%.64s' unsupported (supported: gpt2, llama, mistral, mixtral, qwen2_moe)",
-                   c->fn, mt);
+    if (!mt) return missing(c, MF_CFG_NAMES("architectures", "model_type"));
+    k = mf_arch_class_find(NULL, mt, fam);
+    if (!k)
+        return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": model_type '%.64s' unsupported (supported: %s)", c->fn, mt,
+                       mf_arch_list(known, sizeof known, true, false));
+    m->arch = k->arch;
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", k->hf_class);
+    return MF_OK;
 }
 
-static mf_status parse_act(const ctx *c, const char *const *names, const char *def, mf_hidden_act *out) {
+mf_status mf_cfg_act(const mf_cfg *c, const char *const *names, const char *def, mf_hidden_act *out) {
     const char *a = NULL;
-    MF_TRY(get_str(c, names, def, &a));
+    MF_TRY(mf_cfg_str(c, names, def, &a));
     static const struct {
         const char *name;
         mf_hidden_act act;
@@ -218,22 +201,22 @@ static mf_status parse_act(const ctx *c, const char *const *names, const char *d
 
 // The scaling described by object sc (rope_scaling, or transformers 5's
 // rope_parameters, whose "default" type means none).
-static mf_status parse_rope_scaling_obj(const ctx *c, const ctx *scp, mf_rope_scaling *rs) {
-    const ctx sc = *scp;
+static mf_status parse_rope_scaling_obj(const mf_cfg *c, const mf_cfg *scp, mf_rope_scaling *rs) {
+    const mf_cfg sc = *scp;
     const char *type = NULL;
-    MF_TRY(get_str(&sc, NAMES("rope_type", "type"), NULL, &type));
-    if (!type) return missing(&sc, NAMES("rope_type", "type"));
+    MF_TRY(mf_cfg_str(&sc, MF_CFG_NAMES("rope_type", "type"), NULL, &type));
+    if (!type) return missing(&sc, MF_CFG_NAMES("rope_type", "type"));
     if (strcmp(type, "default") == 0) return MF_OK;
     if (strcmp(type, "linear") == 0) {
         rs->type = MF_ROPE_SCALING_LINEAR;
-        return get_pos(&sc, NAMES("factor"), true, 0, &rs->factor);
+        return mf_cfg_pos(&sc, MF_CFG_NAMES("factor"), true, 0, &rs->factor);
     }
     if (strcmp(type, "llama3") == 0) {
         rs->type = MF_ROPE_SCALING_LLAMA3;
-        MF_TRY(get_pos(&sc, NAMES("factor"), true, 0, &rs->factor));
-        MF_TRY(get_pos(&sc, NAMES("low_freq_factor"), true, 0, &rs->low_freq_factor));
-        MF_TRY(get_pos(&sc, NAMES("high_freq_factor"), true, 0, &rs->high_freq_factor));
-        MF_TRY(get_int(&sc, NAMES("original_max_position_embeddings"), true, 0, 1, SIZE_MAX32,
+        MF_TRY(mf_cfg_pos(&sc, MF_CFG_NAMES("factor"), true, 0, &rs->factor));
+        MF_TRY(mf_cfg_pos(&sc, MF_CFG_NAMES("low_freq_factor"), true, 0, &rs->low_freq_factor));
+        MF_TRY(mf_cfg_pos(&sc, MF_CFG_NAMES("high_freq_factor"), true, 0, &rs->high_freq_factor));
+        MF_TRY(mf_cfg_int(&sc, MF_CFG_NAMES("original_max_position_embeddings"), true, 0, 1, SIZE_MAX32,
                        &rs->original_max_pos));
         if (!(rs->high_freq_factor > rs->low_freq_factor))
             return mf_fail(MF_ERR_FORMAT, NAME_FMT ": %shigh_freq_factor %g must exceed low_freq_factor %g", c->fn,
@@ -246,24 +229,24 @@ static mf_status parse_rope_scaling_obj(const ctx *c, const ctx *scp, mf_rope_sc
 
 // rope_scaling (transformers 4) or rope_parameters (transformers 5, which
 // also moves rope_theta there). *theta keeps its value unless given.
-static mf_status parse_rope(const ctx *c, double *theta, mf_rope_scaling *rs) {
+mf_status mf_cfg_rope(const mf_cfg *c, double *theta, mf_rope_scaling *rs) {
     memset(rs, 0, sizeof *rs);
     const char *w;
-    const cJSON *o = field(c, NAMES("rope_scaling"), &w);
+    const cJSON *o = mf_cfg_field(c, MF_CFG_NAMES("rope_scaling"), &w);
     if (o) {
         if (!cJSON_IsObject(o)) return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'rope_scaling' is not an object", c->fn);
-        ctx sc = {o, c->fn, "rope_scaling."};
+        mf_cfg sc = {o, c->fn, "rope_scaling."};
         return parse_rope_scaling_obj(c, &sc, rs);
     }
-    o = field(c, NAMES("rope_parameters"), &w);
+    o = mf_cfg_field(c, MF_CFG_NAMES("rope_parameters"), &w);
     if (!o) return MF_OK;
     if (!cJSON_IsObject(o)) return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'rope_parameters' is not an object", c->fn);
-    ctx sc = {o, c->fn, "rope_parameters."};
-    MF_TRY(get_pos(&sc, NAMES("rope_theta"), false, *theta, theta));
+    mf_cfg sc = {o, c->fn, "rope_parameters."};
+    MF_TRY(mf_cfg_pos(&sc, MF_CFG_NAMES("rope_theta"), false, *theta, theta));
     return parse_rope_scaling_obj(c, &sc, rs);
 }
 
-static mf_status parse_token_ids(const ctx *c, mf_model_config *m, int32_t def_bos, int32_t def_eos) {
+mf_status mf_cfg_token_ids(const mf_cfg *c, mf_model_config *m, int32_t def_bos, int32_t def_eos) {
     // Absent: the class default; an explicit null: none.
     int64_t bos = 0;
     const char *w;
@@ -271,18 +254,18 @@ static mf_status parse_token_ids(const ctx *c, mf_model_config *m, int32_t def_b
     if (cJSON_IsNull(b) || (!b && def_bos < 0)) {
         m->bos_id = -1;
     } else {
-        MF_TRY(get_int(c, NAMES("bos_token_id"), false, def_bos, 0, SIZE_MAX32, &bos));
+        MF_TRY(mf_cfg_int(c, MF_CFG_NAMES("bos_token_id"), false, def_bos, 0, SIZE_MAX32, &bos));
         m->bos_id = (int32_t)bos;
     }
     m->n_eos = 0;
-    const cJSON *e = field(c, NAMES("eos_token_id"), &w);
+    const cJSON *e = mf_cfg_field(c, MF_CFG_NAMES("eos_token_id"), &w);
     if (!e) {
         if (def_eos >= 0 && !cJSON_GetObjectItemCaseSensitive(c->obj, "eos_token_id")) m->eos_ids[m->n_eos++] = def_eos;
         return MF_OK;
     }
     if (cJSON_IsNumber(e)) {
         int64_t id = 0;
-        MF_TRY(get_int(c, NAMES("eos_token_id"), true, 0, 0, SIZE_MAX32, &id));
+        MF_TRY(mf_cfg_int(c, MF_CFG_NAMES("eos_token_id"), true, 0, 0, SIZE_MAX32, &id));
         m->eos_ids[m->n_eos++] = (int32_t)id;
         return MF_OK;
     }
@@ -300,9 +283,9 @@ static mf_status parse_token_ids(const ctx *c, mf_model_config *m, int32_t def_b
     return MF_OK;
 }
 
-static void parse_torch_dtype(const ctx *c, mf_model_config *m) {
+static void parse_torch_dtype(const mf_cfg *c, mf_model_config *m) {
     const char *w;
-    const cJSON *v = field(c, NAMES("torch_dtype", "dtype"), &w);
+    const cJSON *v = mf_cfg_field(c, MF_CFG_NAMES("torch_dtype", "dtype"), &w);
     m->has_torch_dtype = false;
     if (!cJSON_IsString(v)) return; // informational only: anything else is ignored
     static const struct {
@@ -315,101 +298,6 @@ static void parse_torch_dtype(const ctx *c, mf_model_config *m) {
             m->torch_dtype = names[i].dt;
         }
     }
-}
-
-// GPT2Config: names and defaults.
-static mf_status parse_gpt2(const ctx *c, mf_model_config *m) {
-    MF_TRY(get_int(c, NAMES("vocab_size"), true, 0, 1, SIZE_MAX32, &m->vocab_size));
-    MF_TRY(get_int(c, NAMES("n_embd", "hidden_size"), true, 0, 1, SIZE_MAX32, &m->hidden));
-    MF_TRY(get_int(c, NAMES("n_layer", "num_hidden_layers"), true, 0, 1, SIZE_MAX32, &m->n_layers));
-    MF_TRY(get_int(c, NAMES("n_head", "num_attention_heads"), true, 0, 1, SIZE_MAX32, &m->n_heads));
-    m->n_kv_heads = m->n_heads;
-    m->head_dim = 0; // hidden / n_heads, checked by the caller
-    MF_TRY(get_int(c, NAMES("n_inner"), false, 4 * m->hidden, 1, SIZE_MAX32, &m->ffn));
-    MF_TRY(get_int(c, NAMES("n_positions", "max_position_embeddings", "n_ctx"), false, 1024, 1, SIZE_MAX32,
-                   &m->max_pos));
-    MF_TRY(get_pos(c, NAMES("layer_norm_epsilon"), false, 1e-5, &m->norm_eps));
-    MF_TRY(parse_act(c, NAMES("activation_function"), "gelu_new", &m->act));
-    m->norm = MF_NORM_LAYERNORM;
-    m->learned_pos = true;
-    m->gated_mlp = false;
-    m->qkv_bias = m->o_bias = m->mlp_bias = true;
-    MF_TRY(get_bool(c, "tie_word_embeddings", true, &m->tie_word_embeddings));
-    bool scale = true, by_layer = false;
-    MF_TRY(get_bool(c, "scale_attn_weights", true, &scale));
-    MF_TRY(get_bool(c, "scale_attn_by_inverse_layer_idx", false, &by_layer));
-    if (!scale || by_layer)
-        return mf_fail(MF_ERR_UNSUPPORTED,
-                       NAME_FMT ": GPT-2 attention scaling other than 1/sqrt(head_dim) unsupported "
-                                "(scale_attn_weights=%s, scale_attn_by_inverse_layer_idx=%s)",
-                       c->fn, scale ? "true" : "false", by_layer ? "true" : "false");
-    m->rope_theta = 0;
-    return parse_token_ids(c, m, 50256, 50256);
-}
-
-// Llama, Mistral, Mixtral, Qwen2-MoE: the Llama block with per-family extras.
-static mf_status parse_llama_family(const ctx *c, mf_model_config *m) {
-    mf_arch a = m->arch;
-    MF_TRY(get_int(c, NAMES("vocab_size"), true, 0, 1, SIZE_MAX32, &m->vocab_size));
-    MF_TRY(get_int(c, NAMES("hidden_size"), true, 0, 1, SIZE_MAX32, &m->hidden));
-    MF_TRY(get_int(c, NAMES("num_hidden_layers"), true, 0, 1, SIZE_MAX32, &m->n_layers));
-    MF_TRY(get_int(c, NAMES("num_attention_heads"), true, 0, 1, SIZE_MAX32, &m->n_heads));
-    MF_TRY(get_int(c, NAMES("num_key_value_heads"), false, m->n_heads, 1, SIZE_MAX32, &m->n_kv_heads));
-    const char *w;
-    m->head_dim = 0; // absent or null: hidden / n_heads, set by check_shapes
-    if (field(c, NAMES("head_dim"), &w)) MF_TRY(get_int(c, NAMES("head_dim"), true, 0, 1, SIZE_MAX32, &m->head_dim));
-    if (a == MF_ARCH_QWEN2_MOE) {
-        MF_TRY(get_int(c, NAMES("moe_intermediate_size"), true, 0, 1, SIZE_MAX32, &m->ffn));
-        MF_TRY(get_int(c, NAMES("shared_expert_intermediate_size"), false, 0, 0, SIZE_MAX32, &m->shared_expert_ffn));
-    } else {
-        MF_TRY(get_int(c, NAMES("intermediate_size"), true, 0, 1, SIZE_MAX32, &m->ffn));
-    }
-    int64_t def_pos = a == MF_ARCH_LLAMA ? 2048 : a == MF_ARCH_QWEN2_MOE ? 32768 : 131072;
-    MF_TRY(get_int(c, NAMES("max_position_embeddings"), false, def_pos, 1, SIZE_MAX32, &m->max_pos));
-    MF_TRY(get_pos(c, NAMES("rms_norm_eps"), false, a == MF_ARCH_MIXTRAL ? 1e-5 : 1e-6, &m->norm_eps));
-    MF_TRY(parse_act(c, NAMES("hidden_act"), "silu", &m->act));
-    MF_TRY(get_pos(c, NAMES("rope_theta"), false, a == MF_ARCH_MIXTRAL ? 1e6 : 1e4, &m->rope_theta));
-    MF_TRY(parse_rope(c, &m->rope_theta, &m->rope_scaling));
-    MF_TRY(get_bool(c, "tie_word_embeddings", false, &m->tie_word_embeddings));
-    m->norm = MF_NORM_RMSNORM;
-    m->learned_pos = false;
-    m->gated_mlp = true;
-
-    bool attn_bias = false;
-    MF_TRY(get_bool(c, "attention_bias", false, &attn_bias));
-    MF_TRY(get_bool(c, "mlp_bias", false, &m->mlp_bias));
-    m->qkv_bias = attn_bias || a == MF_ARCH_QWEN2_MOE; // Qwen2: q/k/v biases, none on o
-    m->o_bias = attn_bias;
-
-    m->sliding_window = 0;
-    if (a == MF_ARCH_MISTRAL || a == MF_ARCH_MIXTRAL) {
-        MF_TRY(get_int(c, NAMES("sliding_window"), false, 0, 0, SIZE_MAX32, &m->sliding_window));
-    } else if (a == MF_ARCH_QWEN2_MOE) {
-        bool use = false;
-        MF_TRY(get_bool(c, "use_sliding_window", false, &use));
-        if (use) MF_TRY(get_int(c, NAMES("sliding_window"), false, 0, 0, SIZE_MAX32, &m->sliding_window));
-    }
-
-    if (a == MF_ARCH_MIXTRAL) {
-        MF_TRY(get_int(c, NAMES("num_local_experts"), false, 8, 1, SIZE_MAX32, &m->n_experts));
-        MF_TRY(get_int(c, NAMES("num_experts_per_tok"), false, 2, 1, SIZE_MAX32, &m->n_experts_per_tok));
-        m->norm_topk_prob = true;
-    } else if (a == MF_ARCH_QWEN2_MOE) {
-        MF_TRY(get_int(c, NAMES("num_experts"), false, 60, 1, SIZE_MAX32, &m->n_experts));
-        MF_TRY(get_int(c, NAMES("num_experts_per_tok"), false, 4, 1, SIZE_MAX32, &m->n_experts_per_tok));
-        MF_TRY(get_bool(c, "norm_topk_prob", false, &m->norm_topk_prob));
-        int64_t step = 1;
-        MF_TRY(get_int(c, NAMES("decoder_sparse_step"), false, 1, 1, SIZE_MAX32, &step));
-        const cJSON *only = field(c, NAMES("mlp_only_layers"), &w);
-        if (step != 1 || (cJSON_IsArray(only) && only->child))
-            return mf_fail(MF_ERR_UNSUPPORTED,
-                           NAME_FMT ": Qwen2-MoE with dense layers (decoder_sparse_step %lld, mlp_only_layers) unsupported",
-                           c->fn, (long long)step);
-    }
-    if (m->n_experts && m->n_experts_per_tok > m->n_experts)
-        return mf_fail(MF_ERR_FORMAT, NAME_FMT ": num_experts_per_tok %lld exceeds the %lld experts", c->fn,
-                       (long long)m->n_experts_per_tok, (long long)m->n_experts);
-    return parse_token_ids(c, m, a == MF_ARCH_QWEN2_MOE ? -1 : 1, a == MF_ARCH_QWEN2_MOE ? -1 : 2);
 }
 
 static int64_t mul64(bool *ovf, int64_t a, int64_t b) {
@@ -452,7 +340,7 @@ static bool count_params(const mf_model_config *m, int64_t *out) {
 }
 
 // Checks that tie the fields together.
-static mf_status check_shapes(const ctx *c, mf_model_config *m) {
+static mf_status check_shapes(const mf_cfg *c, mf_model_config *m) {
     if (m->n_kv_heads > m->n_heads)
         return mf_fail(MF_ERR_FORMAT, NAME_FMT ": n_kv_heads %lld exceeds n_heads %lld", c->fn,
                        (long long)m->n_kv_heads, (long long)m->n_heads);
@@ -490,10 +378,11 @@ mf_status mf_model_config_parse(const char *json, size_t len, const char *name, 
     mf_status s = MF_OK;
     mf_model_config m;
     memset(&m, 0, sizeof m);
-    ctx c = {root, name, ""};
+    mf_cfg c = {root, name, ""};
     if (!cJSON_IsObject(root)) s = mf_fail(MF_ERR_FORMAT, NAME_FMT ": not a JSON object", name);
-    if (s == MF_OK) s = parse_arch(&c, &m);
-    if (s == MF_OK) s = m.arch == MF_ARCH_GPT2 ? parse_gpt2(&c, &m) : parse_llama_family(&c, &m);
+    const mf_family *fam = NULL;
+    if (s == MF_OK) s = parse_arch(&c, &m, &fam);
+    if (s == MF_OK) s = fam->parse_config(&c, &m);
     if (s == MF_OK) s = check_shapes(&c, &m);
     if (s == MF_OK) parse_torch_dtype(&c, &m);
     cJSON_Delete(root);

@@ -1,6 +1,8 @@
 // Internal: a Hugging Face config.json, parsed and validated.
 //
-// Fields take HF's names in either spelling (GPT-2's n_embd or hidden_size)
+// config.c finds the family from "architectures" (or model_type) in the
+// family table (arch.h); the family's file reads its own fields through
+// config_read.h; config.c then checks the shapes. Fields take HF's names in either spelling (GPT-2's n_embd or hidden_size)
 // and HF's class defaults where a key is absent or null. Failures:
 // MF_ERR_UNSUPPORTED for an architecture (or rope scaling, activation) minfer
 // does not run, naming it and what is supported; MF_ERR_FORMAT for a missing
@@ -26,7 +28,8 @@ typedef enum {
     MF_ARCH_MISTRAL = 2,   // MistralForCausalLM (mistral): Llama + sliding window
     MF_ARCH_MIXTRAL = 3,   // MixtralForCausalLM (mixtral): Llama attention + top-k MoE MLP
     MF_ARCH_QWEN2_MOE = 4, // Qwen2MoeForCausalLM (qwen2_moe): qkv bias, MoE + gated shared expert
-} mf_arch;
+    MF_ARCH_QWEN2 = 5,     // Qwen2ForCausalLM (qwen2): Llama + q/k/v biases (Qwen2, Qwen2.5)
+} mf_arch;             // which family reads which class: arch.h
 
 typedef enum {
     MF_HIDDEN_ACT_GELU_TANH = 0, // gelu_new, gelu_pytorch_tanh, gelu_fast: 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
@@ -117,7 +120,7 @@ mf_status mf_model_config_parse(const char *json, size_t len, const char *name, 
 // Reads and parses a config.json; path may be the file or its directory.
 mf_status mf_model_config_load(const char *path, mf_model_config *out);
 
-// "gpt2", "llama", "mistral", "mixtral", "qwen2_moe".
+// The model_type of a class: "gpt2", "llama", "mistral", "qwen2", "mixtral", "qwen2_moe".
 const char *mf_arch_name(mf_arch a);
 // "gelu_tanh", "gelu", "silu", "relu".
 const char *mf_hidden_act_name(mf_hidden_act a);

@@ -1,6 +1,6 @@
 // Models: loading a Hugging Face checkpoint directory (config.json ->
-// mf_dec_spec, safetensors -> weights, tokenizer.json), info and free.
-#include <math.h>
+// mf_dec_spec through the family table, safetensors -> weights,
+// tokenizer.json), info and free.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,128 +13,6 @@
 #include "model/config.h"
 #include "model/fileio.h"
 #include "model/model_internal.h"
-
-mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who) {
-    if (s->n_layers < 1 || s->hidden < 1 || s->n_heads < 1 || s->n_kv_heads < 1 || s->head_dim < 1 || s->ffn < 1 ||
-        s->vocab < 1 || s->max_pos < 1)
-        return mf_fail(MF_ERR_FORMAT,
-                       "%s: sizes must be >= 1 (layers %d, hidden %d, heads %d, kv heads %d, head_dim %d, ffn %d, "
-                       "vocab %d, max_pos %lld)",
-                       who, s->n_layers, s->hidden, s->n_heads, s->n_kv_heads, s->head_dim, s->ffn, s->vocab,
-                       (long long)s->max_pos);
-    if (s->n_heads % s->n_kv_heads != 0)
-        return mf_fail(MF_ERR_FORMAT, "%s: n_heads %d not divisible by n_kv_heads %d", who, s->n_heads, s->n_kv_heads);
-    if (!s->learned_pos && s->head_dim % 2 != 0)
-        return mf_fail(MF_ERR_FORMAT, "%s: head_dim %d must be even for rotary embeddings", who, s->head_dim);
-    if (!(s->norm_eps >= 0.0f) || !isfinite(s->norm_eps))
-        return mf_fail(MF_ERR_FORMAT, "%s: norm eps %g invalid", who, (double)s->norm_eps);
-    if (!s->learned_pos && !(s->rope_theta > 0.0))
-        return mf_fail(MF_ERR_FORMAT, "%s: rope_theta %g must be > 0", who, s->rope_theta);
-    if (!s->post_norm && !s->final_norm)
-        return mf_fail(MF_ERR_FORMAT, "%s: a pre-norm decoder needs a final norm", who);
-    if (s->post_norm && s->gated_mlp)
-        return mf_fail(MF_ERR_UNSUPPORTED, "%s: post-norm with a gated MLP is not a layout minfer knows", who);
-    return MF_OK;
-}
-
-int64_t mf_dec_spec_params(const mf_dec_spec *s) {
-    const int64_t h = s->hidden, q = (int64_t)s->n_heads * s->head_dim, kv = (int64_t)s->n_kv_heads * s->head_dim;
-    const int64_t f = s->ffn, nb = s->layernorm ? 2 : 1; // norm: weight (+ bias)
-    int64_t layer = h * (q + 2 * kv) + q * h + nb * h * 2;
-    if (s->qkv_bias) layer += q + 2 * kv;
-    if (s->o_bias) layer += h;
-    layer += (s->gated_mlp ? 3 : 2) * h * f;
-    if (s->mlp_bias) layer += (s->gated_mlp ? 2 * f : f) + h;
-    int64_t n = (int64_t)s->vocab * h + layer * s->n_layers;
-    if (s->learned_pos) n += s->max_pos * h;
-    if (s->final_norm) n += nb * h;
-    if (!s->tied) n += (int64_t)s->vocab * h;
-    return n;
-}
-
-// HF's _compute_default_rope_parameters (+ linear / llama3 scaling), in f32
-// as torch computes it, so that the angles match the reference bit for bit
-// as far as possible.
-void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out) {
-    const int32_t half = s->head_dim / 2;
-    for (int32_t i = 0; i < half; i++) {
-        const float e = (float)(2 * i) / (float)s->head_dim;
-        float f = (float)(1.0 / pow(s->rope_theta, (double)e));
-        if (s->rope_scaling == MF_DEC_ROPE_LINEAR) f = f / (float)s->rope_factor;
-        if (s->rope_scaling == MF_DEC_ROPE_LLAMA3) {
-            const float factor = (float)s->rope_factor, lo = (float)s->rope_low_freq, hi = (float)s->rope_high_freq;
-            const float old = (float)s->rope_orig_max_pos;
-            const float lo_wavelen = old / lo, hi_wavelen = old / hi;
-            const float wavelen = (1.0f / f) * 6.2831853071795864f; // torch: 2*pi / t is t.reciprocal() * 2*pi
-            float g = wavelen > lo_wavelen ? f / factor : f; // long wavelengths: scaled down
-            if (!(wavelen < hi_wavelen) && !(wavelen > lo_wavelen)) { // between: smooth
-                const float smooth = (old / wavelen - lo) / (hi - lo);
-                g = (1.0f - smooth) * g / factor + smooth * g;
-            }
-            f = g;
-        }
-        out[i] = f;
-    }
-}
-
-// config.json -> spec. Refuses what the decoder cannot run (MoE for now).
-static mf_status spec_from_config(const mf_model_config *c, const char *path, mf_dec_spec *s) {
-    memset(s, 0, sizeof *s);
-    switch (c->arch) {
-    case MF_ARCH_GPT2: snprintf(s->arch, sizeof s->arch, "gpt2"); break;
-    case MF_ARCH_LLAMA: snprintf(s->arch, sizeof s->arch, "llama"); break;
-    case MF_ARCH_MISTRAL: snprintf(s->arch, sizeof s->arch, "mistral"); break;
-    default:
-        return mf_fail(MF_ERR_UNSUPPORTED,
-                       "%s: architecture %s (%s) is not supported by the decoder yet: its mixture-of-experts MLP "
-                       "is not implemented (supported: gpt2, llama, mistral)",
-                       path, c->arch_name, mf_arch_name(c->arch));
-    }
-    if (c->n_experts > 0)
-        return mf_fail(MF_ERR_UNSUPPORTED, "%s: %lld experts: the mixture-of-experts MLP is not implemented yet", path,
-                       (long long)c->n_experts);
-    s->n_layers = (int32_t)c->n_layers;
-    s->hidden = (int32_t)c->hidden;
-    s->n_heads = (int32_t)c->n_heads;
-    s->n_kv_heads = (int32_t)c->n_kv_heads;
-    s->head_dim = (int32_t)c->head_dim;
-    s->ffn = (int32_t)c->ffn;
-    s->vocab = (int32_t)c->vocab_size;
-    s->max_pos = c->max_pos;
-    s->layernorm = c->norm == MF_NORM_LAYERNORM;
-    s->norm_eps = (float)c->norm_eps;
-    s->post_norm = false; // both real architectures are pre-norm
-    s->final_norm = true;
-    s->learned_pos = c->learned_pos;
-    s->gated_mlp = c->gated_mlp;
-    switch (c->act) {
-    case MF_HIDDEN_ACT_GELU_TANH: s->act = MF_DEC_ACT_GELU_TANH; break;
-    case MF_HIDDEN_ACT_GELU: s->act = MF_DEC_ACT_GELU_ERF; break;
-    case MF_HIDDEN_ACT_SILU: s->act = MF_DEC_ACT_SILU; break;
-    default:
-        return mf_fail(MF_ERR_UNSUPPORTED, "%s: activation %s is not supported by the decoder (gelu_new, gelu, silu)",
-                       path, mf_hidden_act_name(c->act));
-    }
-    s->qkv_bias = c->qkv_bias;
-    s->o_bias = c->o_bias;
-    s->mlp_bias = c->mlp_bias;
-    s->tied = c->tie_word_embeddings;
-    s->rope_theta = c->rope_theta;
-    switch (c->rope_scaling.type) {
-    case MF_ROPE_SCALING_NONE: s->rope_scaling = MF_DEC_ROPE_NONE; break;
-    case MF_ROPE_SCALING_LINEAR: s->rope_scaling = MF_DEC_ROPE_LINEAR; break;
-    case MF_ROPE_SCALING_LLAMA3: s->rope_scaling = MF_DEC_ROPE_LLAMA3; break;
-    }
-    s->rope_factor = c->rope_scaling.factor;
-    s->rope_low_freq = c->rope_scaling.low_freq_factor;
-    s->rope_high_freq = c->rope_scaling.high_freq_factor;
-    s->rope_orig_max_pos = c->rope_scaling.original_max_pos;
-    s->sliding_window = c->sliding_window;
-    s->bos_id = c->bos_id;
-    s->n_eos = c->n_eos < MF_MODEL_MAX_EOS ? c->n_eos : MF_MODEL_MAX_EOS;
-    for (int32_t i = 0; i < s->n_eos; i++) s->eos_ids[i] = c->eos_ids[i];
-    return mf_dec_spec_check(s, path);
-}
 
 // generation_config.json, when present, overrides bos/eos (as transformers'
 // generate() does). A malformed file is an error; absent keys are not.
@@ -173,6 +51,32 @@ static mf_status read_generation_config(const char *dir, mf_dec_spec *s) {
     free(text);
     free(path);
     return st;
+}
+
+// Whether the checkpoint carries a chat template: tokenizer_config.json's
+// chat_template (a string or a list of named ones), or chat_template.jinja
+// (where newer transformers save it). Only reported; a malformed
+// tokenizer_config.json is the tokenizer's error, not this one's.
+static bool has_chat_template(const char *dir) {
+    bool yes = false;
+    struct stat sb;
+    char *path = mf_path_join(dir, "chat_template.jinja");
+    if (path && stat(path, &sb) == 0) yes = true;
+    free(path);
+    path = yes ? NULL : mf_path_join(dir, "tokenizer_config.json");
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if (path && stat(path, &sb) == 0 && mf_file_read_all(path, 64 << 20, &text, &len) == MF_OK &&
+        mf_json_parse(text, len, path, "tokenizer config", &root) == MF_OK) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+        yes = (cJSON_IsString(t) && t->valuestring[0]) || (cJSON_IsArray(t) && t->child);
+    }
+    cJSON_Delete(root);
+    free(text);
+    free(path);
+    mf_clear_error();
+    return yes;
 }
 
 static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts *opts, mf_dtype *dt,
@@ -222,7 +126,8 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
     mf_st_file *st = NULL;
     char *cfg_path = mf_path_join(dir, "config.json");
     mf_status s = cfg_path ? mf_model_config_load(cfg_path, &cfg) : mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
-    if (s == MF_OK) s = spec_from_config(&cfg, cfg_path, &m->spec);
+    if (s == MF_OK) s = mf_spec_from_config(&cfg, cfg_path, &m->spec, &m->fam);
+    if (s == MF_OK) snprintf(m->hf_class, sizeof m->hf_class, "%s", cfg.arch_name);
     free(cfg_path);
     if (s == MF_OK) s = read_generation_config(dir, &m->spec);
     if (s == MF_OK) s = mf_st_open_dir(dir, &st);
@@ -231,7 +136,8 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
             char desc[256];
             fprintf(stderr, "minfer: %s: %s\n", dir, mf_model_config_describe(&cfg, desc, sizeof desc));
         }
-        s = mf_weights_load(m, st, verbose); // owns st from here
+        const mf_weights_target t = {.spec = &m->spec, .fam = m->fam, .be = be, .dtype = m->dtype, .verbose = verbose};
+        s = mf_weights_load(&m->w, &t, st); // owns st from here
     }
     if (s == MF_OK) {
         char *tj = mf_path_join(dir, "tokenizer.json");
@@ -247,6 +153,7 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
         mf_model_free(m);
         return s;
     }
+    m->chat_template = has_chat_template(dir);
     if (m->tok && m->spec.bos_id < 0) m->spec.bos_id = mf_tokenizer_bos_id(m->tok);
     if (m->tok && m->spec.n_eos == 0 && mf_tokenizer_eos_id(m->tok) >= 0) {
         m->spec.n_eos = 1;
@@ -289,6 +196,11 @@ mf_status mf_model_get_info(const mf_model *m, mf_model_info *out) {
     for (int32_t i = 0; i < s->n_eos; i++) out->eos_ids[i] = s->eos_ids[i];
     out->backend = mf_backend_name(m->be);
     out->source = m->source;
+    out->family = m->fam ? m->fam->name : s->arch;
+    out->family_about = m->fam ? m->fam->about : "";
+    out->hf_class = m->hf_class;
+    out->chat_template = m->chat_template;
+    out->sliding_window = s->sliding_window;
     return MF_OK;
 }
 

@@ -1,10 +1,7 @@
-// Internal: the decoder a model runs (mf_dec_spec), and struct mf_model.
+// Internal: struct mf_model (a spec, its family, weights, tokenizer).
 //
-// The spec is the one place where an architecture becomes numbers and flags:
-// mf_model_load derives it from config.json (model.c), mf_model_synthetic
-// from a preset (synthetic.c); the forward pass (forward.c) reads nothing
-// else; it does not depend on config.h (HF's names stay in model.c) nor on
-// ops.h (which op implements a flag is forward.c's business).
+// model.c loads one from a checkpoint (config.json through the family table,
+// arch.h), synthetic.c from a preset; spec.h is the decoder they describe.
 #ifndef MF_MODEL_INTERNAL_H
 #define MF_MODEL_INTERNAL_H
 
@@ -12,55 +9,13 @@
 #include <stdint.h>
 
 #include "minfer/model.h"
+#include "model/arch.h"
+#include "model/spec.h"
 #include "model/weights.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum {
-    MF_DEC_ACT_SILU = 0,      // x * sigmoid(x)       (Llama: SwiGLU with the gate)
-    MF_DEC_ACT_GELU_TANH = 1, // gelu_new             (GPT-2; fused into the fc GEMM's epilogue)
-    MF_DEC_ACT_GELU_ERF = 2,  // exact GELU
-} mf_dec_act;
-
-typedef enum {
-    MF_DEC_ROPE_NONE = 0,   // plain rope_theta frequencies
-    MF_DEC_ROPE_LINEAR = 1, // inv_freq / factor
-    MF_DEC_ROPE_LLAMA3 = 2, // Llama 3.1 per-band scaling
-} mf_dec_rope_scaling;
-
-typedef struct {
-    char arch[16];            // "gpt2" | "llama" | "mistral" (what mf_model_info reports)
-    int32_t n_layers;
-    int32_t hidden;           // residual stream width
-    int32_t n_heads;          // query heads
-    int32_t n_kv_heads;       // key/value heads; n_heads % n_kv_heads == 0 (GQA)
-    int32_t head_dim;         // D; q width n_heads * D need not equal hidden
-    int32_t ffn;              // MLP inner width
-    int32_t vocab;
-    int64_t max_pos;          // learned positions: rows of wpe (a hard limit); RoPE: trained context
-
-    bool layernorm;           // LayerNorm with bias (GPT-2); false: RMSNorm
-    float norm_eps;
-    bool post_norm;           // norm after each residual add (x = norm(x + f(x))); false: pre-norm
-    bool final_norm;          // a norm before the LM head (always with pre-norm)
-    bool learned_pos;         // position table added to the token embedding; false: RoPE
-    bool gated_mlp;           // down(act(gate(x)) * up(x)); false: proj(act(fc(x)))
-    mf_dec_act act;
-    bool qkv_bias, o_bias, mlp_bias;
-    bool tied;                // LM head = token embedding, transposed
-
-    double rope_theta;        // RoPE base
-    mf_dec_rope_scaling rope_scaling;
-    double rope_factor, rope_low_freq, rope_high_freq; // scaling parameters (linear: factor only)
-    int64_t rope_orig_max_pos;                          // llama3: original_max_position_embeddings
-    int64_t sliding_window;   // 0: full attention; else each query sees its last sliding_window keys
-
-    int32_t bos_id;           // -1 when unknown
-    int32_t n_eos;
-    int32_t eos_ids[MF_MODEL_MAX_EOS];
-} mf_dec_spec;
 
 typedef enum {
     MF_ATTN_FLASH = 0,        // mf_attention: online softmax, no scores buffer (the default)
@@ -70,22 +25,16 @@ typedef enum {
 struct mf_model {
     mf_backend *be;           // not owned
     mf_dec_spec spec;
+    const mf_family *fam;     // the architecture family (arch.h)
     mf_dtype dtype;           // weights, activations and KV cache (CPU: f32)
     mf_attn_kind attn;        // what its sessions run (mf_model_opts.attn)
     mf_weights w;
     mf_tokenizer *tok;        // NULL: none
     int64_t n_params;
     char source[256];         // checkpoint directory or "synthetic:PRESET"
+    char hf_class[64];        // config.json "architectures"[0] ("" for synthetic)
+    bool chat_template;       // tokenizer_config.json chat_template or chat_template.jinja present
 };
-
-// Checks a spec's sizes and flags (the synthetic presets and config.json both
-// go through it); `who` names the source in messages.
-mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who);
-// Parameters the spec implies (tied embeddings once).
-int64_t mf_dec_spec_params(const mf_dec_spec *s);
-// RoPE inverse frequencies (head_dim / 2 of them) as HF computes them in f32,
-// with linear or llama3 scaling applied.
-void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out);
 
 // A zeroed model on be with the dtype opts ask for (CPU: always f32);
 // validates opts. `fn` names the caller in messages.

@@ -1,5 +1,6 @@
-// Weights: the name map per architecture, and loading (or generating) every
-// tensor into one backend allocation. See weights.h.
+// Weights: loading (or generating) every tensor into one backend allocation.
+// See weights.h; the names come from each family's weight map (arch_*.c)
+// through the planner (wplan.c).
 //
 // A load is planned first: one slot per destination tensor, each filled from
 // 1..3 source tensors stacked along dim 0 (Llama's q|k|v, gate|up). The plan
@@ -7,7 +8,6 @@
 // tensor and its file) before anything is allocated, then the slots are
 // placed in the block, converted and uploaded.
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,57 +15,13 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/model_internal.h"
+#include "model/arch.h"
 #include "model/weights.h"
+#include "model/wplan.h"
 
 #define MF_W_ALIGN 256
-#define MF_W_NAME 128
 
-typedef struct {
-    mf_tensor *dst;            // the view this slot sets
-    int32_t n_src;             // 1..3 sources stacked along dim 0
-    char name[3][MF_W_NAME];   // their names in the checkpoint
-    int64_t rows[3];           // dim 0 of each source
-    int64_t cols;              // dim 1 of every source; 0: the sources are vectors
-    bool transposed;           // a torch Linear (out, in): the view is its transpose (in, out)
-    float mean, std;           // synthetic values: mean + std * N(0, 1)
-    const mf_st_tensor *src[3];
-    int64_t offset;            // bytes into the block; -1: a view into the mmap
-} wslot;
-
-typedef struct {
-    wslot *v;
-    int32_t n, cap;
-    bool oom;
-} wplan;
-
-// snprintf into a name buffer (names are short; a longer one is cut, and then
-// simply not found in the checkpoint).
-static void set_name(char *dst, const char *fmt, ...) MF_PRINTF(2, 3);
-static void set_name(char *dst, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst, MF_W_NAME, fmt, ap);
-    va_end(ap);
-}
-
-static wslot *plan_add(wplan *p, mf_tensor *dst) {
-    if (p->n == p->cap) {
-        int32_t cap = p->cap ? 2 * p->cap : 64;
-        wslot *v = realloc(p->v, (size_t)cap * sizeof *v);
-        if (!v) {
-            p->oom = true;
-            return NULL;
-        }
-        p->v = v, p->cap = cap;
-    }
-    wslot *s = &p->v[p->n++];
-    memset(s, 0, sizeof *s);
-    s->dst = dst;
-    s->offset = -1;
-    s->std = 0.02f;
-    return s;
-}
+typedef mf_wplan wplan;
 
 static int64_t slot_rows(const wslot *s) {
     int64_t r = 0;
@@ -74,171 +30,6 @@ static int64_t slot_rows(const wslot *s) {
 }
 
 static int64_t slot_numel(const wslot *s) { return slot_rows(s) * (s->cols ? s->cols : 1); }
-
-// A vector (n) named `name`; mean 1 for norm gains, 0 for biases.
-static void plan_vec(wplan *p, mf_tensor *dst, const char *name, int64_t n, float mean) {
-    wslot *s = plan_add(p, dst);
-    if (!s) return;
-    s->n_src = 1;
-    set_name(s->name[0], "%s", name);
-    s->rows[0] = n;
-    s->mean = mean;
-}
-
-// A matrix: sources names[0..n) of rows[i] x cols, stacked.
-static void plan_mat(wplan *p, mf_tensor *dst, bool transposed, int n, char names[][MF_W_NAME], const int64_t *rows,
-                     int64_t cols) {
-    wslot *s = plan_add(p, dst);
-    if (!s) return;
-    s->n_src = n;
-    for (int i = 0; i < n; i++) {
-        set_name(s->name[i], "%s", names[i]);
-        s->rows[i] = rows[i];
-    }
-    s->cols = cols;
-    s->transposed = transposed;
-}
-
-// A stacked vector (biases of stacked matrices).
-static void plan_vecs(wplan *p, mf_tensor *dst, int n, char names[][MF_W_NAME], const int64_t *lens) {
-    wslot *s = plan_add(p, dst);
-    if (!s) return;
-    s->n_src = n;
-    for (int i = 0; i < n; i++) {
-        set_name(s->name[i], "%s", names[i]);
-        s->rows[i] = lens[i];
-    }
-}
-
-// torch Linear layers named base[i] + ".weight" (out[i], in), stacked into
-// lin[0] when fuse (else lin[0..n)), with ".bias" when bias.
-static void plan_linears(wplan *p, mf_linear *lin, int32_t *n_out, bool fuse, int n, const char *const *base,
-                         const int64_t *out, int64_t in, bool bias) {
-    char names[3][MF_W_NAME];
-    if (fuse || n == 1) {
-        for (int i = 0; i < n; i++) set_name(names[i], "%s.weight", base[i]);
-        plan_mat(p, &lin[0].w, true, n, names, out, in);
-        if (bias) {
-            for (int i = 0; i < n; i++) set_name(names[i], "%s.bias", base[i]);
-            plan_vecs(p, &lin[0].bias, n, names, out);
-        }
-        if (n_out) *n_out = 1;
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        set_name(names[0], "%s.weight", base[i]);
-        plan_mat(p, &lin[i].w, true, 1, names, &out[i], in);
-        if (bias) {
-            set_name(names[0], "%s.bias", base[i]);
-            plan_vec(p, &lin[i].bias, names[0], out[i], 0.0f);
-        }
-    }
-    if (n_out) *n_out = n;
-}
-
-// GPT-2's Conv1D: NAME.weight stored (in, out), NAME.bias (out).
-static void plan_conv1d(wplan *p, mf_linear *lin, const char *base, int64_t in, int64_t out) {
-    char names[1][MF_W_NAME];
-    set_name(names[0], "%s.weight", base);
-    plan_mat(p, &lin->w, false, 1, names, &in, out);
-    set_name(names[0], "%s.bias", base);
-    plan_vec(p, &lin->bias, names[0], out, 0.0f);
-}
-
-// The name map. GPT-2 (GPT2LMHeadModel; `prefix` "transformer." or "" for
-// the original checkpoints) and the Llama family (LlamaForCausalLM, Mistral).
-static void build_plan(const mf_dec_spec *sp, mf_weights *w, bool fuse, const char *prefix, wplan *p) {
-    const int64_t h = sp->hidden, q = (int64_t)sp->n_heads * sp->head_dim, kv = (int64_t)sp->n_kv_heads * sp->head_dim;
-    const int64_t f = sp->ffn;
-    char nm[MF_W_NAME], base[3][MF_W_NAME];
-    char names[1][MF_W_NAME];
-    const bool gpt2 = strcmp(sp->arch, "gpt2") == 0;
-    const float ln_mean = 1.0f;
-    if (gpt2) {
-        set_name(names[0], "%swte.weight", prefix);
-        int64_t vocab = sp->vocab;
-        plan_mat(p, &w->tok_emb, false, 1, names, &vocab, h);
-        if (sp->learned_pos) {
-            set_name(names[0], "%swpe.weight", prefix);
-            int64_t mp = sp->max_pos;
-            plan_mat(p, &w->pos_emb, false, 1, names, &mp, h);
-        }
-        for (int32_t l = 0; l < sp->n_layers; l++) {
-            mf_layer_weights *L = &w->layers[l];
-            set_name(nm, "%sh.%d.ln_1.weight", prefix, l);
-            plan_vec(p, &L->norm1_w, nm, h, ln_mean);
-            set_name(nm, "%sh.%d.ln_1.bias", prefix, l);
-            plan_vec(p, &L->norm1_b, nm, h, 0.0f);
-            set_name(nm, "%sh.%d.attn.c_attn", prefix, l);
-            plan_conv1d(p, &L->qkv[0], nm, h, q + 2 * kv);
-            L->n_qkv = 1;
-            set_name(nm, "%sh.%d.attn.c_proj", prefix, l);
-            plan_conv1d(p, &L->o, nm, q, h);
-            set_name(nm, "%sh.%d.ln_2.weight", prefix, l);
-            plan_vec(p, &L->norm2_w, nm, h, ln_mean);
-            set_name(nm, "%sh.%d.ln_2.bias", prefix, l);
-            plan_vec(p, &L->norm2_b, nm, h, 0.0f);
-            set_name(nm, "%sh.%d.mlp.c_fc", prefix, l);
-            plan_conv1d(p, &L->up[0], nm, h, f);
-            L->n_up = 1;
-            set_name(nm, "%sh.%d.mlp.c_proj", prefix, l);
-            plan_conv1d(p, &L->down, nm, f, h);
-        }
-        if (sp->final_norm) {
-            set_name(nm, "%sln_f.weight", prefix);
-            plan_vec(p, &w->final_w, nm, h, ln_mean);
-            set_name(nm, "%sln_f.bias", prefix);
-            plan_vec(p, &w->final_b, nm, h, 0.0f);
-        }
-    } else {
-        int64_t vocab = sp->vocab;
-        set_name(names[0], "model.embed_tokens.weight");
-        plan_mat(p, &w->tok_emb, false, 1, names, &vocab, h);
-        for (int32_t l = 0; l < sp->n_layers; l++) {
-            mf_layer_weights *L = &w->layers[l];
-            set_name(nm, "model.layers.%d.input_layernorm.weight", l);
-            plan_vec(p, &L->norm1_w, nm, h, ln_mean);
-            if (sp->layernorm) {
-                set_name(nm, "model.layers.%d.input_layernorm.bias", l);
-                plan_vec(p, &L->norm1_b, nm, h, 0.0f);
-            }
-            const char *qkv[3] = {base[0], base[1], base[2]};
-            set_name(base[0], "model.layers.%d.self_attn.q_proj", l);
-            set_name(base[1], "model.layers.%d.self_attn.k_proj", l);
-            set_name(base[2], "model.layers.%d.self_attn.v_proj", l);
-            const int64_t outs[3] = {q, kv, kv};
-            plan_linears(p, L->qkv, &L->n_qkv, fuse, 3, qkv, outs, h, sp->qkv_bias);
-            set_name(base[0], "model.layers.%d.self_attn.o_proj", l);
-            plan_linears(p, &L->o, NULL, fuse, 1, qkv, &h, q, sp->o_bias);
-            set_name(nm, "model.layers.%d.post_attention_layernorm.weight", l);
-            plan_vec(p, &L->norm2_w, nm, h, ln_mean);
-            if (sp->layernorm) {
-                set_name(nm, "model.layers.%d.post_attention_layernorm.bias", l);
-                plan_vec(p, &L->norm2_b, nm, h, 0.0f);
-            }
-            if (sp->gated_mlp) {
-                set_name(base[0], "model.layers.%d.mlp.gate_proj", l);
-                set_name(base[1], "model.layers.%d.mlp.up_proj", l);
-                const int64_t fo[2] = {f, f};
-                plan_linears(p, L->up, &L->n_up, fuse, 2, qkv, fo, h, sp->mlp_bias);
-            } else {
-                set_name(base[0], "model.layers.%d.mlp.up_proj", l);
-                plan_linears(p, L->up, &L->n_up, fuse, 1, qkv, &f, h, sp->mlp_bias);
-            }
-            set_name(base[0], "model.layers.%d.mlp.down_proj", l);
-            plan_linears(p, &L->down, NULL, fuse, 1, qkv, &h, f, sp->mlp_bias);
-        }
-        if (sp->final_norm) {
-            plan_vec(p, &w->final_w, "model.norm.weight", h, ln_mean);
-            if (sp->layernorm) plan_vec(p, &w->final_b, "model.norm.bias", h, 0.0f);
-        }
-    }
-    if (!sp->tied) {
-        set_name(names[0], "lm_head.weight");
-        int64_t vocab = sp->vocab;
-        plan_mat(p, &w->lm_head.w, true, 1, names, &vocab, h);
-    }
-}
 
 // ---- values: checkpoint conversion and seeded random -------------------------------
 
@@ -411,10 +202,11 @@ static int64_t align_up(int64_t x) { return (x + MF_W_ALIGN - 1) / MF_W_ALIGN * 
 
 // Places slots (in-place ones keep offset -1), allocates the block with room
 // for the RoPE frequencies, fills it, sets every view.
-static mf_status place_and_fill(mf_model *m, wplan *p, bool in_place, const source *rnd, bool verbose) {
-    mf_weights *w = &m->w;
-    const mf_dec_spec *sp = &m->spec;
-    const mf_dtype dt = m->dtype;
+static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan *p, bool in_place,
+                                const source *rnd) {
+    const mf_dec_spec *sp = t->spec;
+    const mf_dtype dt = t->dtype;
+    const bool verbose = t->verbose;
     const int64_t es = (int64_t)mf_dtype_size(dt);
     const bool rope = !sp->learned_pos;
     int64_t off = 0, total = 0, in_place_bytes = 0;
@@ -432,9 +224,9 @@ static mf_status place_and_fill(mf_model *m, wplan *p, bool in_place, const sour
     if (rope) off = align_up(off + n_freq * 4);
     w->block_bytes = off;
     w->weight_bytes = total + in_place_bytes;
-    MF_TRY(mf_backend_alloc(m->be, (size_t)(off > 0 ? off : 1), &w->block));
+    MF_TRY(mf_backend_alloc(t->be, (size_t)(off > 0 ? off : 1), &w->block));
 
-    filler f = {.be = m->be, .host = mf_backend_device(m->be) == MF_DEVICE_CPU, .block = w->block, .dt = dt,
+    filler f = {.be = t->be, .host = mf_backend_device(t->be) == MF_DEVICE_CPU, .block = w->block, .dt = dt,
                 .total = total, .verbose = verbose && total > 0, .last_pct = -5, .t0 = now_s()};
     f.stage_bytes = f.host ? ((size_t)16 << 20) * (size_t)es : (size_t)64 << 20; // CPU: chunks for progress only
     mf_status s = MF_OK;
@@ -442,7 +234,7 @@ static mf_status place_and_fill(mf_model *m, wplan *p, bool in_place, const sour
         f.stage = mf_malloc(f.stage_bytes);
         if (!f.stage) s = mf_fail(MF_ERR_OOM, "model: out of host memory for the %zu-byte upload buffer", f.stage_bytes);
     }
-    const mf_device dev = mf_backend_device(m->be);
+    const mf_device dev = mf_backend_device(t->be);
     for (int32_t i = 0; i < p->n && s == MF_OK; i++) {
         wslot *sl = &p->v[i];
         if (sl->offset < 0) { // in place: a read-only view into the mmap
@@ -471,8 +263,8 @@ static mf_status place_and_fill(mf_model *m, wplan *p, bool in_place, const sour
             s = mf_fail(MF_ERR_OOM, "model: out of host memory for %lld RoPE frequencies", (long long)n_freq);
         } else {
             mf_dec_spec_inv_freq(sp, freq);
-            s = mf_backend_copy(m->be, (char *)w->block + freq_off, freq, (size_t)n_freq * 4, MF_COPY_H2D);
-            if (s == MF_OK) s = mf_backend_sync(m->be);
+            s = mf_backend_copy(t->be, (char *)w->block + freq_off, freq, (size_t)n_freq * 4, MF_COPY_H2D);
+            if (s == MF_OK) s = mf_backend_sync(t->be);
             free(freq);
             const int64_t shp = n_freq;
             if (s == MF_OK) s = mf_tensor_make(&w->inv_freq, (char *)w->block + freq_off, MF_DTYPE_F32, dev, 1, &shp);
@@ -488,12 +280,22 @@ static mf_status place_and_fill(mf_model *m, wplan *p, bool in_place, const sour
     return MF_OK;
 }
 
-static mf_status alloc_layers(mf_model *m) {
-    m->w.be = m->be;
-    m->w.layers = mf_calloc((size_t)m->spec.n_layers, sizeof *m->w.layers);
-    if (!m->w.layers)
-        return mf_fail(MF_ERR_OOM, "model: out of host memory for %d layer descriptors", m->spec.n_layers);
+static mf_status alloc_layers(mf_weights *w, const mf_weights_target *t) {
+    w->be = t->be;
+    w->layers = mf_calloc((size_t)t->spec->n_layers, sizeof *w->layers);
+    if (!w->layers)
+        return mf_fail(MF_ERR_OOM, "model: out of host memory for %d layer descriptors", t->spec->n_layers);
     return MF_OK;
+}
+
+// The family's map into p (fuse: stack q|k|v and gate|up); an out-of-memory
+// or a malformed map is an error.
+static mf_status plan(const mf_weights_target *t, mf_weights *w, bool fuse, const mf_st_file *st, wplan *p) {
+    p->n = 0, p->fuse = fuse, p->st = st;
+    if (!t->fam || !t->fam->weight_map)
+        return mf_fail(MF_ERR_UNSUPPORTED, "model: family %s has no weight map", t->fam ? t->fam->name : "(none)");
+    t->fam->weight_map(t->spec, w, p);
+    return p->oom ? mf_fail(MF_ERR_OOM, "model: out of host memory for the weight plan") : MF_OK;
 }
 
 static void reset_views(mf_weights *w, int32_t n_layers) {
@@ -505,29 +307,24 @@ static void reset_views(mf_weights *w, int32_t n_layers) {
     w->layers = L, w->be = be, w->st = st;
 }
 
-mf_status mf_weights_load(mf_model *m, mf_st_file *st, bool verbose) {
-    mf_weights *w = &m->w;
+mf_status mf_weights_load(mf_weights *w, const mf_weights_target *t, mf_st_file *st) {
     w->st = st;
-    MF_TRY(alloc_layers(m));
-    const mf_dec_spec *sp = &m->spec;
-    const char *prefix = "";
-    if (strcmp(sp->arch, "gpt2") == 0)
-        prefix = mf_st_lookup(st, "wte.weight") && !mf_st_lookup(st, "transformer.wte.weight") ? "" : "transformer.";
+    MF_TRY(alloc_layers(w, t));
+    const mf_dec_spec *sp = t->spec;
     // First the plan without stacking: check every source, and see whether
     // the CPU can use them in place (all f32 and aligned).
     wplan p = {0};
-    build_plan(sp, w, false, prefix, &p);
-    mf_status s = p.oom ? mf_fail(MF_ERR_OOM, "model: out of host memory for the weight plan") : check_sources(st, &p);
-    bool in_place = s == MF_OK && mf_backend_device(m->be) == MF_DEVICE_CPU && m->dtype == MF_DTYPE_F32;
+    mf_status s = plan(t, w, false, st, &p);
+    if (s == MF_OK) s = check_sources(st, &p);
+    bool in_place = s == MF_OK && mf_backend_device(t->be) == MF_DEVICE_CPU && t->dtype == MF_DTYPE_F32;
     for (int32_t i = 0; i < p.n && in_place; i++)
         if (p.v[i].src[0]->dtype != MF_DTYPE_F32 || !p.v[i].src[0]->aligned) in_place = false;
     if (s == MF_OK && !in_place) { // copying anyway: stack q|k|v and gate|up
         reset_views(w, sp->n_layers);
-        p.n = 0;
-        build_plan(sp, w, true, prefix, &p);
-        s = p.oom ? mf_fail(MF_ERR_OOM, "model: out of host memory for the weight plan") : check_sources(st, &p);
+        s = plan(t, w, true, st, &p);
+        if (s == MF_OK) s = check_sources(st, &p);
     }
-    if (s == MF_OK) s = place_and_fill(m, &p, in_place, NULL, verbose);
+    if (s == MF_OK) s = place_and_fill(w, t, &p, in_place, NULL);
     free(p.v);
     if (s == MF_OK && !in_place) { // nothing points into the mmap any more
         mf_st_close(w->st);
@@ -536,13 +333,12 @@ mf_status mf_weights_load(mf_model *m, mf_st_file *st, bool verbose) {
     return s;
 }
 
-mf_status mf_weights_random(mf_model *m, uint64_t seed, bool verbose) {
-    MF_TRY(alloc_layers(m));
+mf_status mf_weights_random(mf_weights *w, const mf_weights_target *t, uint64_t seed) {
+    MF_TRY(alloc_layers(w, t));
     wplan p = {0};
-    build_plan(&m->spec, &m->w, true, "", &p);
     source rnd = {.seed = seed};
-    mf_status s = p.oom ? mf_fail(MF_ERR_OOM, "model: out of host memory for the weight plan")
-                        : place_and_fill(m, &p, false, &rnd, verbose);
+    mf_status s = plan(t, w, true, NULL, &p);
+    if (s == MF_OK) s = place_and_fill(w, t, &p, false, &rnd);
     free(p.v);
     return s;
 }

@@ -19,8 +19,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/error.h"
 #include "minfer/backend.h"
 #include "model/safetensors.h"
+#include "model/spec.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,16 +59,48 @@ typedef struct {
     mf_backend *be;
 } mf_weights;
 
-struct mf_model;
+struct mf_family;
 
-// Loads every tensor the model's spec needs from `st` (taking ownership of
-// st: it is closed on failure, or when no view points into it) onto the
-// model's backend in the model's dtype. Errors name the tensor and its file.
-// verbose: progress on stderr.
-mf_status mf_weights_load(struct mf_model *m, mf_st_file *st, bool verbose);
-// Allocates the weights of m's spec and fills them with seeded normal values
+// ---- the planner a family's weight map calls (arch.h; wplan.c) --------------------------
+// One call per destination view, in any order; names are printf formats.
+// Sizes are what the spec implies: a checkpoint tensor of another shape or
+// dtype, or a missing one, fails the load naming the tensor and its file.
+typedef struct mf_wplan mf_wplan;
+
+// Whether the checkpoint has tensor `name` (false for random weights): for
+// layouts that differ by prefix (GPT-2's "transformer.").
+bool mf_wplan_has(const mf_wplan *p, const char *name);
+// A vector (n) NAME; random init: mean + 0.02 N(0, 1) (mean 1 for norm gains, 0 for biases).
+void mf_wplan_vec(mf_wplan *p, mf_tensor *dst, int64_t n, float mean, const char *fmt, ...) MF_PRINTF(5, 6);
+// A matrix NAME stored (rows, cols); transposed: seen as (cols, rows) (a torch
+// Linear weight seen as the GEMM b operand (in, out)).
+void mf_wplan_mat(mf_wplan *p, mf_tensor *dst, bool transposed, int64_t rows, int64_t cols, const char *fmt, ...)
+    MF_PRINTF(6, 7);
+// n torch Linear layers base[i].weight (out[i], in) (+ base[i].bias when
+// bias): stacked into lin[0] when the load copies weights anyway (*n_out = 1),
+// else lin[0..n) (*n_out = n); n_out may be NULL when n == 1.
+void mf_wplan_linears(mf_wplan *p, mf_linear *lin, int32_t *n_out, int n, const char *const *base,
+                      const int64_t *out, int64_t in, bool bias);
+// GPT-2's Conv1D NAME.weight stored (in, out) + NAME.bias (out).
+void mf_wplan_conv1d(mf_wplan *p, mf_linear *lin, int64_t in, int64_t out, const char *fmt, ...) MF_PRINTF(5, 6);
+
+// ---- loading -----------------------------------------------------------------------------
+// What the weights are for: the spec, its family's weight map, the backend and dtype.
+typedef struct {
+    const mf_dec_spec *spec;
+    const struct mf_family *fam;
+    mf_backend *be;
+    mf_dtype dtype;           // weights on the backend (CPU: f32)
+    bool verbose;             // progress on stderr
+} mf_weights_target;
+
+// Loads every tensor the spec needs from `st` (taking ownership of st: it is
+// closed on failure, or when no view points into it) into w. Errors name the
+// tensor and its file.
+mf_status mf_weights_load(mf_weights *w, const mf_weights_target *t, mf_st_file *st);
+// Allocates the weights of the spec and fills them with seeded normal values
 // (std 0.02; norm gains 1 + that).
-mf_status mf_weights_random(struct mf_model *m, uint64_t seed, bool verbose);
+mf_status mf_weights_random(mf_weights *w, const mf_weights_target *t, uint64_t seed);
 void mf_weights_free(mf_weights *w);
 
 #ifdef __cplusplus

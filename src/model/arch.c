@@ -1,0 +1,132 @@
+// The family table and the shared part of config -> spec (arch.h).
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/arch.h"
+
+// One line per family; messages list classes in this order.
+const mf_family *const mf_families[] = {
+    &mf_family_gpt2, &mf_family_llama, &mf_family_qwen2, &mf_family_mixtral, &mf_family_qwen2_moe,
+};
+const int mf_n_families = (int)(sizeof mf_families / sizeof mf_families[0]);
+
+const mf_arch_class *mf_arch_class_find(const char *hf_class, const char *model_type, const mf_family **fam) {
+    for (int f = 0; f < mf_n_families; f++)
+        for (int i = 0; i < mf_families[f]->n_classes; i++) {
+            const mf_arch_class *k = &mf_families[f]->classes[i];
+            if (hf_class ? strcmp(hf_class, k->hf_class) == 0 : model_type && strcmp(model_type, k->model_type) == 0) {
+                if (fam) *fam = mf_families[f];
+                return k;
+            }
+        }
+    return NULL;
+}
+
+const mf_arch_class *mf_arch_class_of(mf_arch a) {
+    for (int f = 0; f < mf_n_families; f++)
+        for (int i = 0; i < mf_families[f]->n_classes; i++)
+            if (mf_families[f]->classes[i].arch == a) return &mf_families[f]->classes[i];
+    return NULL;
+}
+
+const mf_family *mf_family_of(mf_arch a) {
+    for (int f = 0; f < mf_n_families; f++)
+        for (int i = 0; i < mf_families[f]->n_classes; i++)
+            if (mf_families[f]->classes[i].arch == a) return mf_families[f];
+    return NULL;
+}
+
+const char *mf_arch_list(char *buf, size_t n, bool by_type, bool runnable_only) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int f = 0; f < mf_n_families; f++) {
+        if (runnable_only && !mf_families[f]->weight_map) continue;
+        for (int i = 0; i < mf_families[f]->n_classes && k < n; i++) {
+            const mf_arch_class *c = &mf_families[f]->classes[i];
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", by_type ? c->model_type : c->hf_class);
+        }
+    }
+    return buf;
+}
+
+const mf_arch_preset *mf_preset_find(const char *name, const mf_family **fam) {
+    for (int f = 0; f < mf_n_families; f++)
+        for (int i = 0; i < mf_families[f]->n_presets; i++)
+            if (strcmp(name, mf_families[f]->presets[i].name) == 0) {
+                if (fam) *fam = mf_families[f];
+                return &mf_families[f]->presets[i];
+            }
+    return NULL;
+}
+
+const char *mf_preset_list(char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int f = 0; f < mf_n_families; f++)
+        for (int i = 0; i < mf_families[f]->n_presets && k < n; i++)
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", mf_families[f]->presets[i].name);
+    return buf;
+}
+
+mf_status mf_spec_from_config(const mf_model_config *c, const char *path, mf_dec_spec *s, const mf_family **out) {
+    memset(s, 0, sizeof *s);
+    const mf_family *fam = mf_family_of(c->arch);
+    const mf_arch_class *k = mf_arch_class_of(c->arch);
+    if (!fam || !k) return mf_fail(MF_ERR_UNSUPPORTED, "%s: architecture id %d unknown", path, (int)c->arch);
+    if (!fam->weight_map) {
+        char known[512];
+        return mf_fail(MF_ERR_UNSUPPORTED,
+                       "%s: architecture %s (%s) is not supported by the decoder yet: %s (supported: %s)", path,
+                       c->arch_name, k->model_type, fam->missing ? fam->missing : "no decoder",
+                       mf_arch_list(known, sizeof known, false, true));
+    }
+    if (c->n_experts > 0)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: %lld experts: the mixture-of-experts MLP is not implemented yet", path,
+                       (long long)c->n_experts);
+    snprintf(s->arch, sizeof s->arch, "%s", k->model_type);
+    s->n_layers = (int32_t)c->n_layers;
+    s->hidden = (int32_t)c->hidden;
+    s->n_heads = (int32_t)c->n_heads;
+    s->n_kv_heads = (int32_t)c->n_kv_heads;
+    s->head_dim = (int32_t)c->head_dim;
+    s->ffn = (int32_t)c->ffn;
+    s->vocab = (int32_t)c->vocab_size;
+    s->max_pos = c->max_pos;
+    s->layernorm = c->norm == MF_NORM_LAYERNORM;
+    s->norm_eps = (float)c->norm_eps;
+    s->post_norm = false; // every checkpoint family is pre-norm
+    s->final_norm = true;
+    s->learned_pos = c->learned_pos;
+    s->gated_mlp = c->gated_mlp;
+    switch (c->act) {
+    case MF_HIDDEN_ACT_GELU_TANH: s->act = MF_DEC_ACT_GELU_TANH; break;
+    case MF_HIDDEN_ACT_GELU: s->act = MF_DEC_ACT_GELU_ERF; break;
+    case MF_HIDDEN_ACT_SILU: s->act = MF_DEC_ACT_SILU; break;
+    default:
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: activation %s is not supported by the decoder (gelu_new, gelu, silu)",
+                       path, mf_hidden_act_name(c->act));
+    }
+    s->qkv_bias = c->qkv_bias;
+    s->o_bias = c->o_bias;
+    s->mlp_bias = c->mlp_bias;
+    s->tied = c->tie_word_embeddings;
+    s->rope_theta = c->rope_theta;
+    switch (c->rope_scaling.type) {
+    case MF_ROPE_SCALING_NONE: s->rope_scaling = MF_DEC_ROPE_NONE; break;
+    case MF_ROPE_SCALING_LINEAR: s->rope_scaling = MF_DEC_ROPE_LINEAR; break;
+    case MF_ROPE_SCALING_LLAMA3: s->rope_scaling = MF_DEC_ROPE_LLAMA3; break;
+    }
+    s->rope_factor = c->rope_scaling.factor;
+    s->rope_low_freq = c->rope_scaling.low_freq_factor;
+    s->rope_high_freq = c->rope_scaling.high_freq_factor;
+    s->rope_orig_max_pos = c->rope_scaling.original_max_pos;
+    s->sliding_window = c->sliding_window;
+    s->bos_id = c->bos_id;
+    s->n_eos = c->n_eos < MF_MODEL_MAX_EOS ? c->n_eos : MF_MODEL_MAX_EOS;
+    for (int32_t i = 0; i < s->n_eos; i++) s->eos_ids[i] = c->eos_ids[i];
+    if (fam->to_spec) MF_TRY(fam->to_spec(c, path, s));
+    MF_TRY(mf_dec_spec_check(s, path));
+    if (out) *out = fam;
+    return MF_OK;
+}

@@ -1,0 +1,68 @@
+// The decoder spec's checks, parameter count and RoPE frequencies (spec.h).
+#include <math.h>
+
+#include "core/error.h"
+#include "model/spec.h"
+
+mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who) {
+    if (s->n_layers < 1 || s->hidden < 1 || s->n_heads < 1 || s->n_kv_heads < 1 || s->head_dim < 1 || s->ffn < 1 ||
+        s->vocab < 1 || s->max_pos < 1)
+        return mf_fail(MF_ERR_FORMAT,
+                       "%s: sizes must be >= 1 (layers %d, hidden %d, heads %d, kv heads %d, head_dim %d, ffn %d, "
+                       "vocab %d, max_pos %lld)",
+                       who, s->n_layers, s->hidden, s->n_heads, s->n_kv_heads, s->head_dim, s->ffn, s->vocab,
+                       (long long)s->max_pos);
+    if (s->n_heads % s->n_kv_heads != 0)
+        return mf_fail(MF_ERR_FORMAT, "%s: n_heads %d not divisible by n_kv_heads %d", who, s->n_heads, s->n_kv_heads);
+    if (!s->learned_pos && s->head_dim % 2 != 0)
+        return mf_fail(MF_ERR_FORMAT, "%s: head_dim %d must be even for rotary embeddings", who, s->head_dim);
+    if (!(s->norm_eps >= 0.0f) || !isfinite(s->norm_eps))
+        return mf_fail(MF_ERR_FORMAT, "%s: norm eps %g invalid", who, (double)s->norm_eps);
+    if (!s->learned_pos && !(s->rope_theta > 0.0))
+        return mf_fail(MF_ERR_FORMAT, "%s: rope_theta %g must be > 0", who, s->rope_theta);
+    if (!s->post_norm && !s->final_norm)
+        return mf_fail(MF_ERR_FORMAT, "%s: a pre-norm decoder needs a final norm", who);
+    if (s->post_norm && s->gated_mlp)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: post-norm with a gated MLP is not a layout minfer knows", who);
+    return MF_OK;
+}
+
+int64_t mf_dec_spec_params(const mf_dec_spec *s) {
+    const int64_t h = s->hidden, q = (int64_t)s->n_heads * s->head_dim, kv = (int64_t)s->n_kv_heads * s->head_dim;
+    const int64_t f = s->ffn, nb = s->layernorm ? 2 : 1; // norm: weight (+ bias)
+    int64_t layer = h * (q + 2 * kv) + q * h + nb * h * 2;
+    if (s->qkv_bias) layer += q + 2 * kv;
+    if (s->o_bias) layer += h;
+    layer += (s->gated_mlp ? 3 : 2) * h * f;
+    if (s->mlp_bias) layer += (s->gated_mlp ? 2 * f : f) + h;
+    int64_t n = (int64_t)s->vocab * h + layer * s->n_layers;
+    if (s->learned_pos) n += s->max_pos * h;
+    if (s->final_norm) n += nb * h;
+    if (!s->tied) n += (int64_t)s->vocab * h;
+    return n;
+}
+
+// HF's _compute_default_rope_parameters (+ linear / llama3 scaling), in f32
+// as torch computes it, so that the angles match the reference bit for bit
+// as far as possible.
+void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out) {
+    const int32_t half = s->head_dim / 2;
+    for (int32_t i = 0; i < half; i++) {
+        const float e = (float)(2 * i) / (float)s->head_dim;
+        float f = (float)(1.0 / pow(s->rope_theta, (double)e));
+        if (s->rope_scaling == MF_DEC_ROPE_LINEAR) f = f / (float)s->rope_factor;
+        if (s->rope_scaling == MF_DEC_ROPE_LLAMA3) {
+            const float factor = (float)s->rope_factor, lo = (float)s->rope_low_freq, hi = (float)s->rope_high_freq;
+            const float old = (float)s->rope_orig_max_pos;
+            const float lo_wavelen = old / lo, hi_wavelen = old / hi;
+            const float wavelen = (1.0f / f) * 6.2831853071795864f; // torch: 2*pi / t is t.reciprocal() * 2*pi
+            float g = wavelen > lo_wavelen ? f / factor : f; // long wavelengths: scaled down
+            if (!(wavelen < hi_wavelen) && !(wavelen > lo_wavelen)) { // between: smooth
+                const float smooth = (old / wavelen - lo) / (hi - lo);
+                g = (1.0f - smooth) * g / factor + smooth * g;
+            }
+            f = g;
+        }
+        out[i] = f;
+    }
+}

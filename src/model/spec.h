@@ -1,0 +1,77 @@
+// Internal: the decoder a model runs (mf_dec_spec), its checks and the
+// numbers it implies.
+//
+// The spec is the one place where an architecture becomes numbers and flags:
+// each family's file (arch_<family>.c) derives it from config.json or from a
+// synthetic preset; the forward pass (forward.c) reads nothing else. It does
+// not depend on config.h (HF's names stay in the family files) nor on ops.h
+// (which op implements a flag is forward.c's business).
+#ifndef MF_MODEL_SPEC_H
+#define MF_MODEL_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "minfer/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    MF_DEC_ACT_SILU = 0,      // x * sigmoid(x)       (Llama: SwiGLU with the gate)
+    MF_DEC_ACT_GELU_TANH = 1, // gelu_new             (GPT-2; fused into the fc GEMM's epilogue)
+    MF_DEC_ACT_GELU_ERF = 2,  // exact GELU
+} mf_dec_act;
+
+typedef enum {
+    MF_DEC_ROPE_NONE = 0,   // plain rope_theta frequencies
+    MF_DEC_ROPE_LINEAR = 1, // inv_freq / factor
+    MF_DEC_ROPE_LLAMA3 = 2, // Llama 3.1 per-band scaling
+} mf_dec_rope_scaling;
+
+typedef struct {
+    char arch[16];            // "gpt2" | "llama" | "mistral" | "qwen2" (what mf_model_info reports)
+    int32_t n_layers;
+    int32_t hidden;           // residual stream width
+    int32_t n_heads;          // query heads
+    int32_t n_kv_heads;       // key/value heads; n_heads % n_kv_heads == 0 (GQA)
+    int32_t head_dim;         // D; q width n_heads * D need not equal hidden
+    int32_t ffn;              // MLP inner width
+    int32_t vocab;
+    int64_t max_pos;          // learned positions: rows of wpe (a hard limit); RoPE: trained context
+
+    bool layernorm;           // LayerNorm with bias (GPT-2); false: RMSNorm
+    float norm_eps;
+    bool post_norm;           // norm after each residual add (x = norm(x + f(x))); false: pre-norm
+    bool final_norm;          // a norm before the LM head (always with pre-norm)
+    bool learned_pos;         // position table added to the token embedding; false: RoPE
+    bool gated_mlp;           // down(act(gate(x)) * up(x)); false: proj(act(fc(x)))
+    mf_dec_act act;
+    bool qkv_bias, o_bias, mlp_bias;
+    bool tied;                // LM head = token embedding, transposed
+
+    double rope_theta;        // RoPE base
+    mf_dec_rope_scaling rope_scaling;
+    double rope_factor, rope_low_freq, rope_high_freq; // scaling parameters (linear: factor only)
+    int64_t rope_orig_max_pos;                          // llama3: original_max_position_embeddings
+    int64_t sliding_window;   // 0: full attention; else each query sees its last sliding_window keys
+
+    int32_t bos_id;           // -1 when unknown
+    int32_t n_eos;
+    int32_t eos_ids[MF_MODEL_MAX_EOS];
+} mf_dec_spec;
+
+// Checks a spec's sizes and flags (the synthetic presets and config.json both
+// go through it); `who` names the source in messages.
+mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who);
+// Parameters the spec implies (tied embeddings once).
+int64_t mf_dec_spec_params(const mf_dec_spec *s);
+// RoPE inverse frequencies (head_dim / 2 of them) as HF computes them in f32,
+// with linear or llama3 scaling applied.
+void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // MF_MODEL_SPEC_H
