@@ -17,6 +17,9 @@
 
 // ---- the backend context --------------------------------------------------------
 
+struct mf_cuda_gemm_state;     // gemm.cu: the cuBLASLt plan cache and f32 scratch
+struct mf_cuda_softmax_launch; // softmax.cu: occupancy and device limits, asked once
+
 struct mf_cuda_ctx {
     int device;               // ordinal current when the backend was created; ops run there
     int sm_count;             // multiprocessors: caps grids of grid-stride kernels
@@ -30,6 +33,8 @@ struct mf_cuda_ctx {
     unsigned int *err_host;   // (1) pinned host: err_count read back at sync
     bool err_pending;         // an embed was queued since the last sync (else sync skips the read-back)
     int64_t err_vocab;        // vocab of the last embed, for the sync message
+    mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
+    mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
 };
 
 static inline mf_cuda_ctx *mf_cuda_ctx_of(mf_backend *be) { return static_cast<mf_cuda_ctx *>(be->ctx); }
@@ -91,6 +96,8 @@ mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softm
 mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *args);       // rope.cu
 mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.cu
 mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu
+void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
+void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
 }
 
 // ---- device helpers -------------------------------------------------------------------
