@@ -787,6 +787,41 @@ def test_cuda_uses_torch_current_stream():
     assert abs(total.item() - (2.0 * src).sum().item()) <= 1e-3 * src.abs().sum().item()
 
 
+@needs_torch
+@pytest.mark.parametrize("q,k", [(9, 9), (3, 17), (1, 64)])
+def test_torch_cpu_softmax_fast_path(q, k):
+    """The packed-struct path torch tensors take: same results as the numpy
+    path for every argument (key_lens, a stride-0 bias, in place, y allocated),
+    the same errors, and numpy arguments mixed in still work."""
+    softmax_or_skip()
+    rng = np.random.default_rng(q * 7 + k)
+    B, H = 3, 2
+    x = rand(rng, (B, H, q, k), np.float32)
+    kl = np.array([k, 0, max(k - 5, 1)], np.int32)
+    bias_row = rand(rng, (1, 1, q, k), np.float32)
+    bias = np.broadcast_to(bias_row, (B, H, q, k))
+    ref = minfer.softmax(x, scale=0.3, causal=True, key_lens=kl, bias=bias)
+    xt, tb = torch.from_numpy(x.copy()), torch.from_numpy(bias_row).expand(B, H, q, k)
+    got = minfer.softmax(xt, scale=0.3, causal=True, key_lens=torch.from_numpy(kl), bias=tb)
+    assert isinstance(got, torch.Tensor) and got.shape == xt.shape
+    assert np.array_equal(got.numpy(), ref)
+    got2 = minfer.softmax(xt, scale=0.3, causal=True, key_lens=kl, bias=tb)  # numpy key_lens: generic path
+    assert np.array_equal(got2.numpy(), ref)
+    minfer.softmax(xt, y=xt, scale=0.3, causal=True, key_lens=torch.from_numpy(kl), bias=tb)  # in place
+    assert np.array_equal(xt.numpy(), ref)
+    with pytest.raises(TypeError, match="float64"):
+        minfer.softmax(torch.ones(2, 3, dtype=torch.float64))
+    with pytest.raises(minfer.MinferError, match="softmax"):
+        minfer.softmax(xt, y=torch.empty(B, H, q, k + 1))
+    with pytest.raises(minfer.MinferError, match="key_lens"):
+        minfer.softmax(xt, key_lens=torch.ones(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="dims"):
+        minfer.softmax(torch.ones(1, 1, 1, 1, 2))
+    with pytest.raises(TypeError, match="scale"):
+        minfer.softmax(xt, scale="x")
+    still_usable()
+
+
 @needs_cuda
 def test_cuda_errors():
     a = torch.ones(4, 5, device="cuda")
