@@ -3,6 +3,8 @@ attn_implementation="minfer_softmax" against eager attention (same weights),
 with and without a padding mask (the mask becomes a bias, built once per
 forward and reused across layers), and the bias cache's invalidation."""
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,11 +20,12 @@ def models():
     mha.register()
     cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=128, n_positions=64)
     torch.manual_seed(0)
-    eager = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="eager").eval()
+    # a config each: the attention implementation is read from the config at run time
+    eager = transformers.GPT2LMHeadModel._from_config(copy.deepcopy(cfg), attn_implementation="eager").eval()
     with torch.no_grad():  # larger weights than GPT-2's init, so that attention is far from uniform
         for p in eager.parameters():
             p.mul_(8.0)
-    ours = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="minfer_softmax").eval()
+    ours = transformers.GPT2LMHeadModel._from_config(copy.deepcopy(cfg), attn_implementation="minfer_softmax").eval()
     ours.load_state_dict(eager.state_dict())
     return eager, ours
 
