@@ -13,6 +13,8 @@ replaces. GPU host only.
 2. generate(): greedy, use_cache, tokens/s with eager and with
    minfer_softmax (median of --runs after a warm-up), printed and written to
    --out as CSV rows with device, commit and date.
+3. prefill: one forward pass over --prefill-batch x --prefill-len tokens,
+   eager vs minfer_softmax (median of --runs), same CSV.
 """
 
 import argparse
@@ -60,6 +62,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=512, help="prompt tokens")
     ap.add_argument("--new", type=int, default=128, help="generated tokens")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--prefill-batch", type=int, default=8)
+    ap.add_argument("--prefill-len", type=int, default=1024, help="tokens per row of the prefill timing")
     ap.add_argument("--out", default=None, help="CSV file for the results")
     a = ap.parse_args()
 
@@ -136,6 +140,31 @@ def main():
         torch.cuda.empty_cache()
     if len(rows) == 2:
         print(f"speedup minfer_softmax / eager: {float(rows[1]['tokens_per_s']) / float(rows[0]['tokens_per_s']):.3f}x")
+
+    # 3. prefill: one forward pass over --prefill-batch x --prefill-len tokens
+    #    (decode is what generate() above is mostly made of; this is the other half)
+    ids = torch.randint(0, 50257, (a.prefill_batch, a.prefill_len), device="cuda")
+    pre = {}
+    for impl in ("eager", mha.NAME):
+        model = make_model(torch, transformers, impl, dt, state)
+        with torch.no_grad():
+            model(input_ids=ids)  # warm-up
+            times = []
+            for _ in range(a.runs):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                model(input_ids=ids)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+        pre[impl] = statistics.median(times)
+        print(f"prefill {impl:15s} {a.dtype}: batch {a.prefill_batch} x {a.prefill_len} tokens: {pre[impl] * 1e3:.2f} ms")
+        rows.append({"device": dev, "commit": commit(), "date": datetime.datetime.utcnow().isoformat(timespec="seconds"),
+                     "impl": impl + " (prefill forward)", "dtype": a.dtype, "batch": a.prefill_batch,
+                     "prompt": a.prefill_len, "new_tokens": 0, "median_ms": f"{pre[impl] * 1e3:.2f}",
+                     "tokens_per_s": f"{a.prefill_batch * a.prefill_len / pre[impl]:.1f}", "minfer": minfer.version()})
+        del model
+        torch.cuda.empty_cache()
+    print(f"prefill speedup minfer_softmax / eager: {pre['eager'] / pre[mha.NAME]:.3f}x")
     if a.out:
         with open(a.out, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))

@@ -6,15 +6,19 @@
 #
 #   bash scripts/gpu-check.sh OUTDIR
 #
-# Files in OUTDIR (8 at most, so that the device tool brings them all back):
-#   summary.txt  the table below plus device/commit/date
-#   build.log    dependency setup, configure, build
-#   ctest.log    ctest --output-on-failure
-#   memcheck.log compute-sanitizer memcheck, racecheck, initcheck on test_ops --backend cuda
+# Files in OUTDIR (6 or 7; the device tool brings back 8 at most per call,
+# and the script says so in summary.txt if OUTDIR ever holds more):
+#   summary.txt  the table below plus device/commit/date, CTest's FAIL lines,
+#                the sanitizer summaries and which GEMM path the cases took
 #   pytest.log   pytest -v tests/python (torch CUDA tests included)
-#   bench.log, bench_*.csv  only if `minfer bench` exists (called as
-#                `minfer bench --csv FILE`) and/or bench/*_peers.py exist
-#                (called as `python3 bench/NAME_peers.py --out FILE`)
+#   logs.tar.gz  build.log (dependency setup, configure, build), ctest.log
+#                (ctest --output-on-failure), gemm_paths.log (test_ops gemm
+#                cases with MF_GEMM_LOG=1), memcheck.log (compute-sanitizer
+#                memcheck, racecheck, initcheck on test_ops --backend cuda:
+#                all three must be clean), bench.log
+#   bench_*.csv  only if `minfer bench` exists (called as `minfer bench --csv
+#                FILE`, and `minfer bench gemm-host --csv FILE`) and/or
+#                bench/*_peers.py exist (`python3 bench/NAME_peers.py --out FILE`)
 #
 # Dependencies: the host lacks OpenBLAS/cJSON/PCRE2 (-dev) and maybe
 # pkg-config. For each one the host's pkg-config cannot find, the .debs that
@@ -53,7 +57,11 @@ build=${BUILD_DIR:-build}
 [[ $build = /* ]] || build="$root/$build"
 prefix="$root/.gpu-prefix"
 jobs=$(nproc 2>/dev/null || echo 4)
-: >"$out/build.log"
+# Logs other than pytest.log are written here and packed into
+# $out/logs.tar.gz at the end (the device tool brings back 8 files at most).
+logs=$(mktemp -d "${TMPDIR:-/tmp}/minfer-gpu-check.XXXXXX") || exit 2
+trap 'rm -rf "$logs"' EXIT
+: >"$logs/build.log"
 
 names=() states=() times=() notes=()
 failed=0
@@ -101,7 +109,7 @@ nvcc: ${nvcc_ver:-none} ${nvcc_bin:-}   cmake: $(cmake --version 2>/dev/null | h
 EOF
 )
 echo "$header"
-echo "$header" >>"$out/build.log"
+echo "$header" >>"$logs/build.log"
 
 # ---- deps ---------------------------------------------------------------------------------------
 host_pc() { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$1" 2>/dev/null; }
@@ -208,7 +216,7 @@ stage_deps() {
   note="prefix: ${groups[*]}"
   return $bad
 }
-stage deps "$out/build.log" stage_deps
+stage deps "$logs/build.log" stage_deps
 if [[ $stages != *" deps "* && -f $prefix/env.sh ]]; then
   # shellcheck disable=SC1091
   source "$prefix/env.sh"
@@ -228,9 +236,9 @@ stage_configure() {
   cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_CUDA_ARCHITECTURES="${MF_CUDA_ARCHS:-90a}" \
     "${cmake_extra[@]}" ${MF_CMAKE_ARGS:-} || return 1
   grep -E '^(OPENBLAS|CJSON|PCRE2)_LINK_LIBRARIES:' "$build/CMakeCache.txt"
-  note=$(grep -h -o -E 'minfer: (CUDA backend ON \([^)]*\)|no nvcc.*)' "$out/build.log" | tail -n1)
+  note=$(grep -h -o -E 'minfer: (CUDA backend ON \([^)]*\)|no nvcc.*)' "$logs/build.log" | tail -n1)
 }
-stage configure "$out/build.log" stage_configure
+stage configure "$logs/build.log" stage_configure
 
 probe_build() {  # sets have_build/have_cuda from the built CLI
   local info
@@ -245,9 +253,9 @@ stage_build() {
   cmake --build "$build" -j "$jobs" || return 1
   probe_build
 }
-stage build "$out/build.log" stage_build
+stage build "$logs/build.log" stage_build
 if [[ $stages != *" build "* && -x $build/minfer ]]; then
-  probe_build >>"$out/build.log" 2>&1 && echo "   (using the existing build in $build: $note)"
+  probe_build >>"$logs/build.log" 2>&1 && echo "   (using the existing build in $build: $note)"
 fi
 
 # ---- tests ------------------------------------------------------------------------------------------
@@ -255,11 +263,23 @@ stage_ctest() {
   ((have_build)) || { note="no build"; return 2; }
   (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout "$tmo")
   local rc=$?
-  note=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n1)
+  note=$(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -n1)
+  if ((have_cuda)); then
+    # Which GEMM path (fused epilogue, f32-scratch, in-place, plain) each case
+    # took: test_ops prints one ".. path" line per epilogue case on CUDA, and
+    # MF_GEMM_LOG=1 one line per cuBLASLt plan built.
+    local test_ops
+    test_ops=$(find "$build" -name test_ops -type f -perm -u+x | head -n1)
+    if [[ -n $test_ops ]]; then
+      MF_GEMM_LOG=1 timeout "$tmo" "$test_ops" --backend cuda --filter 'gemm(' >"$logs/gemm_paths.log" 2>&1
+      note+="; gemm paths: $(grep -o 'path [a-z0-9-]*$' "$logs/gemm_paths.log" | sort | uniq -c |
+                             awk '{printf "%s %s, ", $3, $1}' | sed 's/, $//')"
+    fi
+  fi
   return $(( rc ? 1 : 0 ))
 }
-: >"$out/ctest.log"
-stage ctest "$out/ctest.log" stage_ctest
+: >"$logs/ctest.log"
+stage ctest "$logs/ctest.log" stage_ctest
 
 stage_memcheck() {
   ((have_build)) || { note="no build"; return 2; }
@@ -281,16 +301,16 @@ stage_memcheck() {
     [[ $tool == memcheck ]] && extra=(--leak-check full)
     timeout "$tmo" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 86 "$test_ops" --backend cuda "${filt[@]}"
     r=$?
-    summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$out/memcheck.log" | tail -n1 | sed 's/^=* *//')
+    summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$logs/memcheck.log" | tail -n1 | sed 's/^=* *//')
     ((r == 124)) && summary="timed out after ${tmo}s"
     note+="$tool: ${summary:-rc $r}; "
     ((r)) && rc=1
   done
-  note+="$(grep -E '[0-9]+ passed' "$out/memcheck.log" | tail -n1)"
+  note+="$(grep -E '[0-9]+ passed' "$logs/memcheck.log" | tail -n1)"
   return $rc
 }
-: >"$out/memcheck.log"
-stage memcheck "$out/memcheck.log" stage_memcheck
+: >"$logs/memcheck.log"
+stage memcheck "$logs/memcheck.log" stage_memcheck
 
 stage_pytest() {
   ((have_build)) || { note="no build"; return 2; }
@@ -316,6 +336,10 @@ stage_bench() {
     ran=1
     echo "--- minfer bench --csv $out/bench_minfer.csv"
     timeout "$tmo" "$build/minfer" bench --csv "$out/bench_minfer.csv" || bad=1
+    if "$build/minfer" bench gemm-host --help >/dev/null 2>&1; then
+      echo "--- minfer bench gemm-host --csv $out/bench_gemm_host.csv"
+      timeout "$tmo" "$build/minfer" bench gemm-host --csv "$out/bench_gemm_host.csv" || bad=1
+    fi
   fi
   for f in "$root"/bench/*_peers.py; do
     [[ -f $f ]] || continue
@@ -328,8 +352,8 @@ stage_bench() {
   note="$(cd "$out" && ls bench_*.csv 2>/dev/null | tr '\n' ' ')"
   return $bad
 }
-stage bench "$out/bench.log" stage_bench
-[[ -s $out/bench.log ]] || rm -f "$out/bench.log"
+stage bench "$logs/bench.log" stage_bench
+[[ -s $logs/bench.log ]] || rm -f "$logs/bench.log"
 
 # ---- summary (last) ------------------------------------------------------------------------------------
 {
@@ -339,9 +363,25 @@ stage bench "$out/bench.log" stage_bench
   for i in "${!names[@]}"; do
     printf '%-10s %-5s %6s  %s\n' "${names[$i]}" "${states[$i]}" "${times[$i]}" "${notes[$i]}"
   done
+  if grep -q '^FAIL ' "$logs/ctest.log" 2>/dev/null; then
+    echo
+    echo "failing cases (ctest.log, first 40):"
+    grep -h '^FAIL ' "$logs/ctest.log" | head -n 40 | cut -c1-400
+  fi
+  if grep -q -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/memcheck.log" 2>/dev/null; then
+    echo
+    echo "compute-sanitizer:"
+    grep -h -E '^----- compute-sanitizer|ERROR SUMMARY|RACECHECK SUMMARY' "$logs/memcheck.log" | sed 's/^=* */  /'
+  fi
   echo
-  echo "logs: $out   result: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"
+  echo "logs: $out (logs.tar.gz: $(cd "$logs" && ls | tr '\n' ' '))   result: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"
 } >"$out/summary.txt"
+tar -czf "$out/logs.tar.gz" -C "$logs" . || echo "tar of the logs failed" >>"$out/summary.txt"
+nfiles=$(find "$out" -type f | wc -l)
+if ((nfiles > 8)); then
+  echo "WARNING: $out holds $nfiles files; the device tool brings back 8: $(cd "$out" && find . -type f | tr '\n' ' ')" \
+    >>"$out/summary.txt"
+fi
 echo
 cat "$out/summary.txt"
 exit $failed

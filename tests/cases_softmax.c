@@ -380,12 +380,30 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     yb.dtype = MF_DTYPE_F32;
     TRY(t.bias = &bias1; t.y = yb; t.x.shape[0] = 1; t.x.shape[1] = 1, MF_ERR_INVALID_ARG, "y and bias overlap",
         "y over bias");
-    // In place on the same view is fine; so is an empty tensor.
+    // In place on the same view is fine; so is an empty tensor. The valid
+    // call reads all of x: it gets values (uploaded; an initcheck run flagged
+    // the kernel's reads of the never-written buffer) and its result is checked.
+    th_fill_opts fo = th_fill_defaults(MF_DTYPE_F32);
+    fo.lo = -6.0, fo.hi = 6.0, fo.outlier = 0;
+    th_fill(ctx, bx, &x, &fo);
+    const int64_t nx = 2 * 3 * 4 * 8;
+    double *ref = th_scratch(ctx, (size_t)nx * sizeof(double)), *bound = th_scratch(ctx, (size_t)nx * sizeof(double));
+    for (int64_t r = 0; r < nx / 8; r++) { // rows of 8, scale 1; the f32 bound of the header, loosely (1e-5)
+        double M = -INFINITY, S = 0;
+        for (int j = 0; j < 8; j++) M = fmax(M, th_get(bx, r * 8 + j));
+        for (int j = 0; j < 8; j++) S += exp(th_get(bx, r * 8 + j) - M);
+        for (int j = 0; j < 8; j++) {
+            ref[r * 8 + j] = exp(th_get(bx, r * 8 + j) - M) / S;
+            bound[r * 8 + j] = 1e-5 * ref[r * 8 + j] + 1e-30;
+        }
+    }
+    th_upload_all(ctx);
     TRY(t.y = t.x, MF_OK, NULL, "in place");
     z = x;
     z.shape[2] = 0;
     TRY(t.x = z; t.y = z, MF_OK, NULL, "empty");
-    (void)bx;
+    ok &= expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "sync");
+    ok &= th_check(ctx, bx, &x, ref, bound, "x (in place)");
 #undef TRY
     return ok ? TH_PASS : TH_FAIL;
 }

@@ -3,6 +3,7 @@
 #ifndef MF_TOOLS_BENCH_H
 #define MF_TOOLS_BENCH_H
 
-int mf_bench_softmax_main(int argc, char **argv); // bench_softmax.c
+int mf_bench_softmax_main(int argc, char **argv);   // bench_softmax.c
+int mf_bench_gemm_host_main(int argc, char **argv); // bench_gemm_host.c
 
 #endif // MF_TOOLS_BENCH_H

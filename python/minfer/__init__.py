@@ -20,6 +20,7 @@ never imported by minfer itself.
 import atexit
 import contextlib
 import ctypes
+import struct
 import threading
 
 from . import _lib as L
@@ -89,6 +90,7 @@ class Backend:
     def __init__(self, key):
         self.key = key  # ("cpu", None) | ("cuda", index)
         self.lock = threading.Lock()  # set_stream + op must not interleave
+        self.stream = _UNSET  # the cudaStream_t (int) last given to mf_backend_set_stream
         self._handle = ctypes.c_void_p()
         lib = L.load()
         with _on_device(key):
@@ -114,7 +116,9 @@ class Backend:
         the legacy default stream). Ops called with torch tensors set torch's
         current stream themselves."""
         with self.lock:
+            self.stream = _UNSET
             _raise_for(L.load().mf_backend_set_stream(self.handle, stream or None))
+            self.stream = stream or 0
 
     def free(self):
         if self._handle:
@@ -126,6 +130,7 @@ class Backend:
         return f"<minfer.Backend {dev}>"
 
 
+_UNSET = object()
 _backends = {}
 _backends_lock = threading.Lock()
 
@@ -178,6 +183,54 @@ def _free_backends():
 
 
 # ---- calling an op ---------------------------------------------------------------
+# Per call, only what can change is looked up: the backend (a dict get), the
+# CUDA device (switched only when torch's current one differs, and never with
+# one visible device) and torch's current stream (the raw handle, passed to
+# mf_backend_set_stream only when it changed). The C library validates every
+# argument; Python checks only what it needs to build the call.
+
+_NULLCTX = contextlib.nullcontext()
+_cuda_devices = None  # torch.cuda.device_count(), asked once
+_raw_stream = None    # torch's current-stream query: raw handle (int) for a device index
+
+
+def _cuda_enter(torch, idx):
+    """A context making device idx current: the null context when it is already."""
+    global _cuda_devices
+    if _cuda_devices is None:
+        _cuda_devices = torch.cuda.device_count()
+    if _cuda_devices <= 1 or torch.cuda.current_device() == idx:
+        return _NULLCTX
+    return torch.cuda.device(idx)
+
+
+def _current_stream(torch, idx):
+    global _raw_stream
+    if _raw_stream is None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own compiler uses
+        _raw_stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _raw_stream(idx)
+
+
+def _run(key, fn, argp):
+    """fn(backend handle, argp) on the backend of device key, on torch's
+    current stream for CUDA; raises on a failed status."""
+    be = _backends.get(key) or backend(key)
+    with be.lock:
+        if key[0] == "cuda":
+            torch = T.torch_module()
+            with _cuda_enter(torch, key[1]) if torch is not None else _on_device(key):
+                stream = (_current_stream(torch, key[1]) or 0) if torch is not None else 0
+                if stream != be.stream:
+                    be.stream = _UNSET
+                    _raise_for(L.load().mf_backend_set_stream(be.handle, stream or None))
+                    be.stream = stream
+                st = fn(be.handle, argp)
+        else:
+            st = fn(be.handle, argp)
+        if st:
+            _raise_for(st)
+
 
 def _call(op, fn_name, args, views):
     """Run C function fn_name(be, &args) on the backend all views live on."""
@@ -190,14 +243,7 @@ def _call(op, fn_name, args, views):
     for v in views[1:]:
         if v.device_key != first.device_key:
             raise ValueError(f"{op}: arguments on different devices ({_dev(first)} and {_dev(v)})")
-    key = first.device_key
-    be = backend(key)
-    with be.lock, _on_device(key):
-        if key[0] == "cuda":
-            torch = T.torch_module()
-            stream = torch.cuda.current_stream(key[1]).cuda_stream if torch is not None else None
-            _raise_for(lib.mf_backend_set_stream(be.handle, stream or None))
-        _raise_for(fn(be.handle, ctypes.byref(args)))
+    _run(first.device_key, fn, ctypes.byref(args))
 
 
 def _dev(v):
@@ -314,6 +360,66 @@ def add(a, b=None, alpha=1.0, beta=1.0, out=None):
     return out
 
 
+# softmax with torch tensors (the HF attention drop-in calls it once per layer
+# and step): the args struct packed into a per-thread buffer (_tensor.py).
+_SM = L.SoftmaxArgs
+_SM_TAIL = struct.Struct("=f?3xQQ")  # scale, causal, key_lens*, bias*
+_SM_FAST = (T.FAST_OK and _SM.x.offset == 0 and _SM.y.offset == 88 and _SM.scale.offset == 176 and
+            _SM.causal.offset == 180 and _SM.key_lens.offset == 184 and _SM.bias.offset == 192 and
+            ctypes.sizeof(_SM) == 200)
+_SM_EXTRA = (200, 288)  # key_lens and bias mf_tensors follow the args in the buffer
+_tls = threading.local()
+_sm_fn = None
+
+
+def _softmax_fn():
+    """mf_softmax taking a plain address (a prototype of its own: the declared
+    one wants a SoftmaxArgs pointer), or None when the library lacks it."""
+    global _sm_fn
+    if _sm_fn is None:
+        lib = L.load()
+        if not hasattr(lib, "mf_softmax"):
+            return None
+        f = lib["mf_softmax"]  # a new function object, separate from lib.mf_softmax
+        f.restype, f.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]
+        _sm_fn = f
+    return _sm_fn
+
+
+def _softmax_torch(torch, x, y, scale, causal, key_lens, bias):
+    fn = _softmax_fn()
+    if fn is None:
+        return None
+    buf = getattr(_tls, "buf", None)
+    if buf is None:
+        buf = _tls.buf = (ctypes.c_int64 * 47)()  # 376 bytes, 8-aligned
+        _tls.addr = ctypes.addressof(buf)
+    addr = _tls.addr
+    pack = T.TENSOR_FMT.pack_into
+    key, f = T.torch_fields(x, "softmax: x")
+    pack(buf, 0, *f)
+    if y is not x:
+        ky, f = T.torch_fields(y, "softmax: y")
+        if ky != key:
+            raise ValueError(f"softmax: arguments on different devices ({_dev_key(key)} and {_dev_key(ky)})")
+    pack(buf, 88, *f)
+    ptrs = [0, 0]
+    for i, (t, what) in enumerate(((key_lens, "softmax: key_lens"), (bias, "softmax: bias"))):
+        if t is not None:
+            kt, f = T.torch_fields(t, what)
+            if kt != key:
+                raise ValueError(f"softmax: arguments on different devices ({_dev_key(key)} and {_dev_key(kt)})")
+            pack(buf, _SM_EXTRA[i], *f)
+            ptrs[i] = addr + _SM_EXTRA[i]
+    _SM_TAIL.pack_into(buf, 176, _float(scale, "softmax: scale"), bool(causal), ptrs[0], ptrs[1])
+    _run(key, fn, addr)
+    return y
+
+
+def _dev_key(key):
+    return key[0] if key[1] is None else f"{key[0]}:{key[1]}"
+
+
 def softmax(x, y=None, scale=1.0, causal=False, key_lens=None, bias=None):
     """y = softmax(scale * x + bias + mask) along the last dim.
 
@@ -322,6 +428,15 @@ def softmax(x, y=None, scale=1.0, causal=False, key_lens=None, bias=None):
     key j iff j <= i + k_len - q_len. key_lens: (batch) int32, keys j >=
     key_lens[b] masked. bias: additive, broadcastable by stride 0 / size 1.
     A fully masked row gives zeros."""
+    torch = T.torch_module()
+    if (_SM_FAST and torch is not None and isinstance(x, torch.Tensor) and
+            (y is None or isinstance(y, torch.Tensor)) and
+            (key_lens is None or isinstance(key_lens, torch.Tensor)) and
+            (bias is None or isinstance(bias, torch.Tensor))):
+        if y is None:
+            y = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
+        if _softmax_torch(torch, x, y, scale, causal, key_lens, bias) is not None:
+            return y
     vx = T.view(x, "softmax: x")
     if y is None:
         y = T.empty_like_kind(x, tuple(x.shape))

@@ -25,12 +25,21 @@ torch and transformers are imported only when register() or the attention
 function runs, so importing this module needs neither.
 """
 
+import weakref
+
+from . import softmax as _softmax_op  # the package's binding (runs on torch's current stream)
+
 NAME = "minfer_softmax"
 
 
 def _softmax(x, y, scale, causal, bias):
-    from . import softmax  # the package's binding (runs on torch's current stream)
-    return softmax(x, y=y, scale=scale, causal=causal, bias=bias)
+    return _softmax_op(x, y=y, scale=scale, causal=causal, bias=bias)
+
+
+# Every layer of one forward pass gets the same mask tensor: its bias is
+# built once and reused while the mask is that object, unchanged (version
+# counter), for the same key length and dtype.
+_bias_cache = None  # (weakref to the mask, its _version, key_len, dtype, bias)
 
 
 def _scale_of(module, query, kwargs):
@@ -46,9 +55,23 @@ def _scale_of(module, query, kwargs):
 
 def _bias_of(attention_mask, key_len, dtype):
     """The attention mask as an additive bias (batch|1, heads|1, q, k), or None."""
+    global _bias_cache
     import torch
     if attention_mask is None:
         return None
+    c = _bias_cache
+    if (c is not None and c[0]() is attention_mask and c[1] == attention_mask._version and c[2] == key_len and
+            c[3] == dtype):
+        return c[4]
+    bias = _bias_build(torch, attention_mask, key_len, dtype)
+    try:
+        _bias_cache = (weakref.ref(attention_mask), attention_mask._version, key_len, dtype, bias)
+    except TypeError:  # not weak-referenceable: no cache
+        _bias_cache = None
+    return bias
+
+
+def _bias_build(torch, attention_mask, key_len, dtype):
     mask = attention_mask[..., :key_len]
     if mask.dtype == torch.bool:  # True = attend
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)

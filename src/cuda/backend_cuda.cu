@@ -42,6 +42,8 @@ static mf_status device_alloc(size_t bytes, void **out, const char *what) {
 // errors are not reported, but cleared so that no later call sees them.
 static void ctx_release(mf_cuda_ctx *c) {
     if (!c) return;
+    mf_cuda_gemm_release(c); // its descriptors belong to c->lt
+    mf_cuda_softmax_release(c);
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->workspace) cudaFree(c->workspace);
     if (c->err_count) cudaFree(c->err_count);

@@ -17,6 +17,9 @@
 
 // ---- the backend context --------------------------------------------------------
 
+struct mf_cuda_gemm_state;     // gemm.cu: the cuBLASLt plan cache and f32 scratch
+struct mf_cuda_softmax_launch; // softmax.cu: occupancy and device limits, asked once
+
 struct mf_cuda_ctx {
     int device;               // ordinal current when the backend was created; ops run there
     int sm_count;             // multiprocessors: caps grids of grid-stride kernels
@@ -33,6 +36,8 @@ struct mf_cuda_ctx {
     cudaStream_t capture;     // graph recording: a private stream (capture cannot use the legacy one), or NULL
     cudaStream_t capture_prev;// the stream graph_begin replaced (restored by graph_end)
     bool capturing;           // between graph_begin and graph_end
+    mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
+    mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
 };
 
 static inline mf_cuda_ctx *mf_cuda_ctx_of(mf_backend *be) { return static_cast<mf_cuda_ctx *>(be->ctx); }
@@ -98,6 +103,8 @@ mf_status mf_cuda_graph_begin(mf_backend *be);                         // graph.
 mf_status mf_cuda_graph_end(mf_backend *be, void **graph);
 mf_status mf_cuda_graph_launch(mf_backend *be, void *graph);
 void mf_cuda_graph_free(mf_backend *be, void *graph);
+void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
+void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
 }
 
 // ---- device helpers -------------------------------------------------------------------

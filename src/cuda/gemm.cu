@@ -8,26 +8,56 @@
 // (op N); a column-major view (a torch Linear weight (n, k) passed as its
 // transpose) gets op T. Batches are strided (stride 0 broadcasts a or b).
 //
-// Epilogues: bias and GELU (cuBLASLt's GELU is the tanh approximation, as on
-// the CPU) run fused in cuBLASLt. If its heuristic has no algorithm with the
-// epilogue, the GEMM runs without it and gemm_epilogue_kernel applies bias
-// and GELU afterwards (then c is rounded twice for f16/bf16 outputs).
-// k == 0 never reaches cuBLASLt: gemm_epilogue_kernel writes act(beta * c + bias).
+// Paths (src/ops/gemm_plan.h names them; MF_GEMM_LOG=1 prints one line per
+// plan built). Every one rounds c once, from the f32 value the CPU computes:
+//   plain        no epilogue: cuBLASLt alone.
+//   fused        bias and/or GELU (tanh form, as on the CPU) as a cuBLASLt
+//                epilogue, applied to the f32 alpha a@b + beta c before the
+//                one conversion to c's dtype.
+//   in-place     f32 c and no fused algorithm (cuBLASLt has none for some odd
+//                leading dimensions) or a bias under 16-byte alignment:
+//                cuBLASLt writes alpha a@b + beta c into c, gemm_epilogue_kernel
+//                adds the bias and applies GELU there (f32 throughout).
+//   f32-scratch  the same for f16/bf16 c: cuBLASLt writes alpha a@b into an
+//                f32 scratch (beta 0), gemm_epilogue_kernel computes
+//                act(scratch + beta c + bias) in f32 and stores c once. (The
+//                earlier fallback stored round(alpha a@b + beta c) in c and
+//                added the bias to that: a second rounding of an intermediate
+//                that can be far larger than the result when an outlier bias
+//                cancels it; bf16 results were off by up to 13 ulp on the H100.)
+//   k0           k == 0 never reaches cuBLASLt: the kernel writes act(beta c + bias).
+//
+// Plans (descriptors, layouts, the heuristic's algorithm, the path) are
+// cached per backend, keyed by everything the heuristic saw: dtypes, ops,
+// m, n, k, leading dimensions, batch count and strides, epilogue, and the
+// alignment of every pointer (a, b, c, bias). 64 sets x 4 ways, LRU within a
+// set; a hit allocates nothing and makes one host-only cuBLASLt call (the bias
+// pointer). Entries are freed with the backend. Not thread-safe: a backend is
+// used by one thread at a time (its stream and workspace already require that).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/alloc.h"
 #include "cuda/common.cuh"
 #include "ops/check.h"
+#include "ops/gemm_plan.h"
 
 namespace {
 
 constexpr int kEpilogueThreads = 256;
+constexpr int kSets = 64, kWays = 4; // 256 plans
+constexpr uint32_t kFusedBiasAlign = 16; // bytes: cuBLASLt kernels may assume it (no preference attribute covers the bias)
 
-// ---- the epilogue kernel (k == 0, and the unfused fallback) -------------------------
+// ---- the epilogue kernel (k == 0 and the unfused paths) ---------------------------------
 
 struct EpilogueParams {
     void *c;              // (batch, m, n): row stride ldc, batch stride bstride
+    const float *acc;     // (batch, m, n) packed f32 alpha a@b (f32-scratch path), or NULL
     const void *bias;     // (n), c's dtype, or NULL
     int c_dt;
     int64_t batch, m, n, ldc, bstride;
-    float cscale;         // c = act(cscale * c + bias)
+    float cscale;         // c = act(acc + cscale * c + bias)
     bool read_c;          // false: c is not read (beta == 0: it may hold NaN)
     bool gelu;
 };
@@ -38,7 +68,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 }
 
 // One element per thread per step, grid-stride over batch * m * n elements
-// (int64 index math; rows may be padded, so (i, j) are recovered first).
+// (int64 index math; rows may be padded, so (i, j) are recovered first). The
+// sum is formed in the CPU's order (acc, then beta c, then bias) and stored once.
 __global__ void __launch_bounds__(kEpilogueThreads) gemm_epilogue_kernel(EpilogueParams p) {
     const int64_t total = p.batch * p.m * p.n;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -46,7 +77,8 @@ __global__ void __launch_bounds__(kEpilogueThreads) gemm_epilogue_kernel(Epilogu
         const int64_t j = e % p.n, r = e / p.n;
         const int64_t i = r % p.m, bt = r / p.m;
         const int64_t off = bt * p.bstride + i * p.ldc + j;
-        float v = p.read_c ? p.cscale * mf_ld(p.c, p.c_dt, off) : 0.0f;
+        float v = p.acc ? p.acc[e] : 0.0f;
+        if (p.read_c) v += p.cscale * mf_ld(p.c, p.c_dt, off);
         if (p.bias) v += mf_ld(p.bias, p.c_dt, j);
         if (p.gelu) v = gelu_tanh(v);
         mf_st(p.c, p.c_dt, off, v);
@@ -61,7 +93,7 @@ mf_status launch_epilogue(mf_cuda_ctx *ctx, const EpilogueParams &p) {
     return MF_OK;
 }
 
-// ---- cuBLASLt ---------------------------------------------------------------------
+// ---- cuBLASLt operands ---------------------------------------------------------------
 
 cudaDataType_t lt_type(mf_dtype dt) {
     if (dt == MF_DTYPE_F16) return CUDA_R_16F;
@@ -102,82 +134,385 @@ LtMatrix lt_operand(const mf_tensor *t, const mf_mat_layout *l, int64_t R, int64
     return o;
 }
 
-// Descriptors of one matmul; destroyed on every path out of mf_cuda_gemm.
-struct LtPlan {
+// ---- plans -----------------------------------------------------------------------------
+
+enum Path : int { kPathPlain, kPathFused, kPathInPlace, kPathScratch };
+const char *const kPathNames[] = {"plain", "fused", "in-place", "f32-scratch"};
+
+// Everything the heuristic's choice depends on. Built in a zeroed struct so
+// that padding compares equal (memcmp).
+struct PlanKey {
+    int32_t a_type, b_type, c_type;  // cudaDataType_t of cuBLASLt's A (our b), B (our a), C
+    int32_t op_a, op_b;
+    int32_t epi;                     // cublasLtEpilogue_t asked for
+    int32_t batch;
+    uint32_t align_a, align_b, align_c, align_bias; // bytes (bias: 0 if none)
+    int64_t rows_a, cols_a, rows_b, cols_b, n, m;   // stored shapes; c^T is (n, m)
+    int64_t lda, ldb, ldc;
+    int64_t sa, sb, sc;              // batch strides (elements)
+};
+
+struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr; // c also describes d (same buffer)
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulHeuristicResult_t heur;
-    bool found = false;
-    LtPlan() = default;
-    LtPlan(const LtPlan &) = delete;
-    LtPlan &operator=(const LtPlan &) = delete;
-    ~LtPlan() {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr; // c describes C and D (the scratch on kPathScratch)
+    cublasLtMatmulAlgo_t algo;
+    size_t ws = 0;
+    Path path = kPathPlain;
+    void release() {
         if (c) cublasLtMatrixLayoutDestroy(c);
         if (b) cublasLtMatrixLayoutDestroy(b);
         if (a) cublasLtMatrixLayoutDestroy(a);
         if (op) cublasLtMatmulDescDestroy(op);
+        op = nullptr, a = b = c = nullptr;
     }
 };
 
-mf_status lt_layout(cublasLtMatrixLayout_t *out, const LtMatrix &m, int32_t batch) {
-    MF_CUBLAS_TRY(cublasLtMatrixLayoutCreate(out, m.type, m.rows, m.cols, m.ld));
+// Releases a plan being built unless it is handed over (keep()).
+struct PlanGuard {
+    Plan *p;
+    ~PlanGuard() {
+        if (p) p->release();
+    }
+    void keep() { p = nullptr; }
+};
+
+struct Entry {
+    PlanKey key;
+    uint64_t hash;
+    uint64_t last_use; // 0: empty slot
+    Plan plan;
+};
+
+} // namespace
+
+// The per-backend cache (mf_cuda_ctx::gemm), created on the first GEMM.
+struct mf_cuda_gemm_state {
+    Entry set[kSets][kWays];
+    uint64_t tick, hits, misses, evictions;
+    bool enabled;       // false: plan every call and free it after (bench "before")
+    bool log;           // MF_GEMM_LOG=1: one line per plan built, on stderr
+    const char *last_path;
+    float *scratch;     // (scratch_bytes) f32 alpha a@b of the f32-scratch path
+    size_t scratch_bytes;
+    // Outgrown scratch buffers, freed only with the backend: a recorded CUDA
+    // Graph may still hold one (graph.cu), so none is freed while in use.
+    void *retired[48];
+    int n_retired;
+};
+
+namespace {
+
+uint64_t hash_key(const PlanKey &k) { // FNV-1a over the key's bytes
+    const unsigned char *s = reinterpret_cast<const unsigned char *>(&k);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof k; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+mf_status lt_layout(cublasLtMatrixLayout_t *out, cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
+                    int32_t batch, int64_t bstride) {
+    MF_CUBLAS_TRY(cublasLtMatrixLayoutCreate(out, type, rows, cols, ld));
     if (batch > 1) {
         MF_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
-        MF_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &m.bstride,
-                                                       sizeof m.bstride));
+        MF_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &bstride,
+                                                       sizeof bstride));
     }
     return MF_OK;
 }
 
-// Builds the descriptors and asks the heuristic for one algorithm; plan.found
-// says whether it had one (no algorithm is not an error here).
-mf_status lt_plan(mf_cuda_ctx *ctx, LtPlan &plan, const LtMatrix &A, const LtMatrix &B, const LtMatrix &C,
-                  int32_t batch, cublasLtEpilogue_t epi, const void *bias) {
-    MF_CUBLAS_TRY(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const int32_t ta = A.op, tb = B.op;
-    MF_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    MF_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
-        MF_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        if (bias) // bias type defaults to d's type, which is ours (bias dtype == c dtype)
+// What one plan attempt describes: cuBLASLt's A, B and C = D.
+struct Attempt {
+    const LtMatrix *A, *B;
+    cudaDataType_t c_type;
+    uint64_t c_rows, c_cols;
+    int64_t ldc, c_bstride;
+    uint32_t c_align;
+    cublasLtEpilogue_t epi;
+    const void *bias; // set before the heuristic: it reads the pointer's alignment
+    cudaDataType_t bias_type;
+};
+
+// Builds the descriptors and asks the heuristic for one algorithm. *found
+// says whether it had one (no algorithm is not an error here); without one
+// the plan is released.
+mf_status lt_plan(mf_cuda_ctx *ctx, const Attempt &t, int32_t batch, Plan *plan, bool *found) {
+    *found = false;
+    PlanGuard guard{plan};
+    MF_CUBLAS_TRY(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t ta = t.A->op, tb = t.B->op;
+    MF_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    MF_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (t.epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        MF_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &t.epi, sizeof t.epi));
+        if (t.bias) {
+            // Said explicitly (the default, -1, means d's type, which it is):
+            // bias and c share a dtype (src/ops/gemm.c). Batch stride 0 (the
+            // default): one bias vector for every batch.
+            const int32_t bt = t.bias_type;
+            MF_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
             MF_CUBLAS_TRY(
-                cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+                cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &t.bias, sizeof t.bias));
+        }
     }
-    MF_TRY(lt_layout(&plan.a, A, batch));
-    MF_TRY(lt_layout(&plan.b, B, batch));
-    MF_TRY(lt_layout(&plan.c, C, batch));
-    MF_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&plan.pref));
+    MF_TRY(lt_layout(&plan->a, t.A->type, t.A->rows, t.A->cols, t.A->ld, batch, t.A->bstride));
+    MF_TRY(lt_layout(&plan->b, t.B->type, t.B->rows, t.B->cols, t.B->ld, batch, t.B->bstride));
+    MF_TRY(lt_layout(&plan->c, t.c_type, t.c_rows, t.c_cols, t.ldc, batch, t.c_bstride));
+    cublasLtMatmulPreference_t pref = nullptr;
+    MF_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    struct PrefGuard {
+        cublasLtMatmulPreference_t p;
+        ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    } pref_guard{pref};
     const uint64_t ws = ctx->workspace_bytes;
-    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(plan.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                       sizeof ws));
+    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     // The heuristic assumes 256-byte aligned buffers unless told: offset views
     // (a slice of a fused QKV output) must only get kernels that accept them.
-    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(plan.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                       &A.align, sizeof A.align));
-    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(plan.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                       &B.align, sizeof B.align));
-    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(plan.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                       &C.align, sizeof C.align));
-    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(plan.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                       &C.align, sizeof C.align));
+    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &t.A->align,
+                                                       sizeof t.A->align));
+    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &t.B->align,
+                                                       sizeof t.B->align));
+    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &t.c_align,
+                                                       sizeof t.c_align));
+    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &t.c_align,
+                                                       sizeof t.c_align));
+    cublasLtMatmulHeuristicResult_t heur;
+    memset(&heur, 0, sizeof heur);
     int count = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, plan.op, plan.a, plan.b, plan.c, plan.c, plan.pref,
-                                                       1, &plan.heur, &count);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return MF_OK; // nothing for this configuration: plan.found stays false
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(ctx->lt, plan->op, plan->a, plan->b, plan->c, plan->c, pref, 1, &heur, &count);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return MF_OK; // nothing for this configuration
     MF_CUBLAS_TRY(st);
-    plan.found = count > 0 && plan.heur.state == CUBLAS_STATUS_SUCCESS &&
-                 plan.heur.workspaceSize <= ctx->workspace_bytes;
+    if (count > 0 && heur.state == CUBLAS_STATUS_SUCCESS && heur.workspaceSize <= ctx->workspace_bytes) {
+        plan->algo = heur.algo;
+        plan->ws = heur.workspaceSize;
+        *found = true;
+        guard.keep();
+    }
     return MF_OK;
 }
 
 const char *op_name(cublasOperation_t op) { return op == CUBLAS_OP_T ? "col-major" : "row-major"; }
 
+const char *epi_name(cublasLtEpilogue_t e) {
+    switch (e) {
+    case CUBLASLT_EPILOGUE_BIAS: return "bias";
+    case CUBLASLT_EPILOGUE_GELU: return "gelu";
+    case CUBLASLT_EPILOGUE_GELU_BIAS: return "bias+gelu";
+    default: return "none";
+    }
+}
+
+// One GEMM call, resolved to cuBLASLt's view of it.
+struct Call {
+    int64_t batch, m, n, k;
+    LtMatrix A, B, C;       // cuBLASLt's A (our b), B (our a), C = D (our c)
+    cublasLtEpilogue_t epi; // what the call asks for
+    const void *bias;
+    uint32_t bias_align;    // 0: no bias
+    mf_dtype a_dt, c_dt;
+};
+
+// Plans a call from nothing: fused when asked and possible, else the
+// unfused path for c's dtype. Fails only when cuBLASLt has no algorithm at all.
+mf_status build_plan(mf_cuda_ctx *ctx, mf_cuda_gemm_state *g, const Call &cl, Plan *plan) {
+    const int32_t batch = (int32_t)cl.batch;
+    Attempt t;
+    t.A = &cl.A, t.B = &cl.B;
+    t.c_type = cl.C.type, t.c_rows = cl.C.rows, t.c_cols = cl.C.cols, t.ldc = cl.C.ld, t.c_bstride = cl.C.bstride;
+    t.c_align = cl.C.align;
+    t.epi = cl.epi, t.bias = cl.bias, t.bias_type = cl.C.type;
+    bool found = false;
+    const char *why = "";
+    if (cl.epi == CUBLASLT_EPILOGUE_DEFAULT) {
+        MF_TRY(lt_plan(ctx, t, batch, plan, &found));
+        plan->path = kPathPlain;
+    } else if (cl.bias && cl.bias_align < kFusedBiasAlign) {
+        why = " (bias under 16-byte alignment)";
+    } else {
+        MF_TRY(lt_plan(ctx, t, batch, plan, &found));
+        plan->path = kPathFused;
+        if (!found) why = " (cuBLASLt has no algorithm with the epilogue)";
+    }
+    if (!found && cl.epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        t.epi = CUBLASLT_EPILOGUE_DEFAULT, t.bias = nullptr;
+        if (cl.c_dt == MF_DTYPE_F32) {
+            plan->path = kPathInPlace;
+        } else { // D = the f32 scratch, packed (n, m) column-major per batch
+            plan->path = kPathScratch;
+            t.c_type = CUDA_R_32F, t.ldc = cl.n, t.c_bstride = cl.batch > 1 ? cl.m * cl.n : 0;
+            t.c_align = align_of(nullptr, t.c_bstride, sizeof(float)); // cudaMalloc'd: 256-byte aligned base
+        }
+        MF_TRY(lt_plan(ctx, t, batch, plan, &found));
+    }
+    if (!found)
+        return mf_fail(MF_ERR_UNSUPPORTED,
+                       "gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld, a %s %s (ld %lld), "
+                       "b %s %s (ld %lld), c %s (ld %lld), alignment a/b/c %u/%u/%u bytes",
+                       (long long)cl.m, (long long)cl.n, (long long)cl.k, (long long)cl.batch,
+                       mf_dtype_name(cl.a_dt), op_name(cl.B.op), (long long)cl.B.ld, mf_dtype_name(cl.a_dt),
+                       op_name(cl.A.op), (long long)cl.A.ld, mf_dtype_name(cl.c_dt), (long long)cl.C.ld, cl.B.align,
+                       cl.A.align, cl.C.align);
+    if (g->log)
+        fprintf(stderr,
+                "minfer gemm plan: m=%lld n=%lld k=%lld batch=%lld a=%s %s ld %lld, b=%s %s ld %lld, c=%s ld %lld, "
+                "align a/b/c/bias %u/%u/%u/%u, epilogue %s -> %s%s, workspace %zu\n",
+                (long long)cl.m, (long long)cl.n, (long long)cl.k, (long long)cl.batch, mf_dtype_name(cl.a_dt),
+                op_name(cl.B.op), (long long)cl.B.ld, mf_dtype_name(cl.a_dt), op_name(cl.A.op), (long long)cl.A.ld,
+                mf_dtype_name(cl.c_dt), (long long)cl.C.ld, cl.B.align, cl.A.align, cl.C.align, cl.bias_align,
+                epi_name(cl.epi), kPathNames[plan->path], why, plan->ws);
+    return MF_OK;
+}
+
+mf_status gemm_state(mf_cuda_ctx *ctx, mf_cuda_gemm_state **out) {
+    if (!ctx->gemm) {
+        mf_cuda_gemm_state *g = static_cast<mf_cuda_gemm_state *>(mf_calloc(1, sizeof *g));
+        if (!g) return mf_fail(MF_ERR_OOM, "gemm: out of host memory for the plan cache (%zu bytes)", sizeof *g);
+        g->enabled = true;
+        const char *log = getenv("MF_GEMM_LOG");
+        g->log = log && *log && strcmp(log, "0") != 0;
+        g->last_path = "";
+        ctx->gemm = g;
+    }
+    *out = ctx->gemm;
+    return MF_OK;
+}
+
+// The f32 scratch of at least `bytes`. It grows at least 2x at a time, and
+// the old buffer is retired, not freed: queued GEMMs and recorded graphs may
+// still use it, and no cudaFree (which waits for the device) may run while a
+// graph is being recorded.
+mf_status scratch_of(mf_cuda_gemm_state *g, size_t bytes, float **out) {
+    if (g->scratch_bytes < bytes) {
+        if (bytes < 2 * g->scratch_bytes) bytes = 2 * g->scratch_bytes;
+        if (g->scratch && g->n_retired == (int)(sizeof g->retired / sizeof g->retired[0]))
+            return mf_fail(MF_ERR_UNSUPPORTED, "gemm: the f32 scratch grew %d times (now %zu bytes)", g->n_retired,
+                           g->scratch_bytes);
+        void *p = nullptr;
+        cudaError_t e = mf_fault_should_fail() ? cudaErrorMemoryAllocation : cudaMalloc(&p, bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return mf_fail(e == cudaErrorMemoryAllocation ? MF_ERR_OOM : MF_ERR_CUDA,
+                           "gemm: cannot allocate the %zu-byte f32 scratch of the unfused epilogue: %s", bytes,
+                           cudaGetErrorString(e));
+        }
+        if (g->scratch) g->retired[g->n_retired++] = g->scratch;
+        g->scratch = static_cast<float *>(p), g->scratch_bytes = bytes;
+    }
+    *out = g->scratch;
+    return MF_OK;
+}
+
+PlanKey key_of(const Call &cl) {
+    PlanKey k;
+    memset(&k, 0, sizeof k);
+    k.a_type = cl.A.type, k.b_type = cl.B.type, k.c_type = cl.C.type;
+    k.op_a = cl.A.op, k.op_b = cl.B.op;
+    k.epi = cl.epi;
+    k.batch = (int32_t)cl.batch;
+    k.align_a = cl.A.align, k.align_b = cl.B.align, k.align_c = cl.C.align, k.align_bias = cl.bias_align;
+    k.rows_a = (int64_t)cl.A.rows, k.cols_a = (int64_t)cl.A.cols;
+    k.rows_b = (int64_t)cl.B.rows, k.cols_b = (int64_t)cl.B.cols;
+    k.n = cl.n, k.m = cl.m;
+    k.lda = cl.A.ld, k.ldb = cl.B.ld, k.ldc = cl.C.ld;
+    k.sa = cl.A.bstride, k.sb = cl.B.bstride, k.sc = cl.C.bstride;
+    return k;
+}
+
+// The cached plan for the call, built on a miss (evicting the set's least
+// recently used entry).
+mf_status cached_plan(mf_cuda_ctx *ctx, mf_cuda_gemm_state *g, const Call &cl, Plan **out) {
+    const PlanKey key = key_of(cl);
+    const uint64_t h = hash_key(key);
+    Entry *set = g->set[h % kSets];
+    Entry *victim = &set[0];
+    g->tick++;
+    for (int w = 0; w < kWays; w++) {
+        Entry &e = set[w];
+        if (e.last_use && e.hash == h && memcmp(&e.key, &key, sizeof key) == 0) {
+            e.last_use = g->tick;
+            g->hits++;
+            *out = &e.plan;
+            return MF_OK;
+        }
+        if (e.last_use < victim->last_use) victim = &e;
+    }
+    g->misses++;
+    Plan fresh;
+    MF_TRY(build_plan(ctx, g, cl, &fresh));
+    if (victim->last_use) {
+        victim->plan.release();
+        g->evictions++;
+    }
+    victim->key = key, victim->hash = h, victim->last_use = g->tick, victim->plan = fresh;
+    *out = &victim->plan;
+    return MF_OK;
+}
+
+mf_status run_plan(mf_cuda_ctx *ctx, mf_cuda_gemm_state *g, const Call &cl, Plan &plan, const mf_gemm_args *p,
+                   EpilogueParams &ep) {
+    float alpha = p->alpha, beta = p->beta; // with beta == 0 cuBLASLt does not read c
+    void *d = p->c.data;
+    if (plan.path == kPathFused && cl.bias) // same alignment class as planned (it is in the key)
+        MF_CUBLAS_TRY(
+            cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &cl.bias, sizeof cl.bias));
+    if (plan.path == kPathScratch) {
+        float *s = nullptr;
+        MF_TRY(scratch_of(g, (size_t)(cl.batch * cl.m * cl.n) * sizeof(float), &s));
+        d = s, beta = 0.0f;
+    }
+    MF_CUBLAS_TRY(cublasLtMatmul(ctx->lt, plan.op, &alpha, cl.A.data, plan.a, cl.B.data, plan.b, &beta, d, plan.c, d,
+                                 plan.c, &plan.algo, ctx->workspace, ctx->workspace_bytes, ctx->stream));
+    g->last_path = kPathNames[plan.path];
+    if (plan.path == kPathInPlace) { // c = alpha a@b + beta c, in f32: add the bias, apply GELU
+        ep.acc = nullptr, ep.cscale = 1.0f, ep.read_c = true;
+        return launch_epilogue(ctx, ep);
+    }
+    if (plan.path == kPathScratch) { // c = act(scratch + beta c + bias), one rounding
+        ep.acc = static_cast<const float *>(d), ep.cscale = p->beta, ep.read_c = p->beta != 0.0f;
+        return launch_epilogue(ctx, ep);
+    }
+    return MF_OK;
+}
+
 } // namespace
+
+extern "C" void mf_cuda_gemm_release(mf_cuda_ctx *ctx) {
+    mf_cuda_gemm_state *g = ctx->gemm;
+    if (!g) return;
+    for (int s = 0; s < kSets; s++)
+        for (int w = 0; w < kWays; w++)
+            if (g->set[s][w].last_use) g->set[s][w].plan.release();
+    if (g->scratch) cudaFree(g->scratch);
+    for (int i = 0; i < g->n_retired; i++) cudaFree(g->retired[i]);
+    free(g);
+    ctx->gemm = nullptr;
+}
+
+extern "C" const char *mf_cuda_gemm_last_path(mf_backend *be) {
+    const mf_cuda_gemm_state *g = mf_cuda_ctx_of(be)->gemm;
+    return g ? g->last_path : "";
+}
+
+extern "C" void mf_cuda_gemm_cache_stats_of(mf_backend *be, mf_cuda_gemm_cache_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->capacity = kSets * kWays;
+    out->enabled = true;
+    const mf_cuda_gemm_state *g = mf_cuda_ctx_of(be)->gemm;
+    if (!g) return;
+    out->hits = g->hits, out->misses = g->misses, out->evictions = g->evictions, out->enabled = g->enabled;
+    for (int s = 0; s < kSets; s++)
+        for (int w = 0; w < kWays; w++) out->entries += g->set[s][w].last_use != 0;
+}
+
+extern "C" void mf_cuda_gemm_cache_enable(mf_backend *be, bool on) {
+    mf_cuda_gemm_state *g = nullptr;
+    if (gemm_state(mf_cuda_ctx_of(be), &g) == MF_OK) g->enabled = on;
+}
 
 extern "C" mf_status mf_cuda_gemm(mf_backend *be, const mf_gemm_args *p) {
     mf_cuda_ctx *ctx = mf_cuda_ctx_of(be);
+    mf_cuda_gemm_state *g = nullptr;
+    MF_TRY(gemm_state(ctx, &g));
     const int nd = p->c.ndim;
     const int64_t batch = nd == 3 ? p->c.shape[0] : 1;
     const int64_t m = p->c.shape[nd - 2], n = p->c.shape[nd - 1], k = p->a.shape[nd - 1];
@@ -187,11 +522,12 @@ extern "C" mf_status mf_cuda_gemm(mf_backend *be, const mf_gemm_args *p) {
     const void *bias = p->bias ? p->bias->data : nullptr;
 
     EpilogueParams ep;
-    ep.c = p->c.data, ep.bias = bias, ep.c_dt = p->c.dtype;
+    ep.c = p->c.data, ep.acc = nullptr, ep.bias = bias, ep.c_dt = p->c.dtype;
     ep.batch = batch, ep.m = m, ep.n = n, ep.ldc = ldc, ep.bstride = c_bstride;
     ep.gelu = gelu;
     if (k == 0) { // a @ b is all zeros: no cuBLASLt call (it may refuse k == 0)
         ep.cscale = p->beta, ep.read_c = p->beta != 0.0f;
+        g->last_path = "k0";
         return launch_epilogue(ctx, ep);
     }
     if (batch > INT32_MAX)
@@ -200,39 +536,27 @@ extern "C" mf_status mf_cuda_gemm(mf_backend *be, const mf_gemm_args *p) {
     mf_mat_layout la, lb;
     MF_TRY(mf_mat_layout_of(&p->a, "gemm", "a", &la));
     MF_TRY(mf_mat_layout_of(&p->b, "gemm", "b", &lb));
-    const LtMatrix A = lt_operand(&p->b, &lb, k, n); // cuBLASLt's A = our b: op(A) = b^T, (n, k)
-    const LtMatrix B = lt_operand(&p->a, &la, m, k); // cuBLASLt's B = our a: op(B) = a^T, (k, m)
-    LtMatrix C;
-    C.data = p->c.data, C.type = lt_type(p->c.dtype), C.op = CUBLAS_OP_N;
-    C.rows = (uint64_t)n, C.cols = (uint64_t)m, C.ld = ldc, C.bstride = c_bstride;
-    C.align = align_of(p->c.data, c_bstride, mf_dtype_size(p->c.dtype));
+    Call cl;
+    cl.batch = batch, cl.m = m, cl.n = n, cl.k = k;
+    cl.A = lt_operand(&p->b, &lb, k, n); // cuBLASLt's A = our b: op(A) = b^T, (n, k)
+    cl.B = lt_operand(&p->a, &la, m, k); // cuBLASLt's B = our a: op(B) = a^T, (k, m)
+    cl.C.data = p->c.data, cl.C.type = lt_type(p->c.dtype), cl.C.op = CUBLAS_OP_N;
+    cl.C.rows = (uint64_t)n, cl.C.cols = (uint64_t)m, cl.C.ld = ldc, cl.C.bstride = c_bstride;
+    cl.C.align = align_of(p->c.data, c_bstride, mf_dtype_size(p->c.dtype));
+    cl.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (gelu) cl.epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    else if (bias) cl.epi = CUBLASLT_EPILOGUE_BIAS;
+    cl.bias = bias;
+    cl.bias_align = bias ? align_of(bias, 0, 1) : 0;
+    cl.a_dt = p->a.dtype, cl.c_dt = p->c.dtype;
 
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (gelu) epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    else if (bias) epi = CUBLASLT_EPILOGUE_BIAS;
-
-    LtPlan fused, plain;
-    LtPlan *plan = &fused;
-    MF_TRY(lt_plan(ctx, fused, A, B, C, (int32_t)batch, epi, bias));
-    if (!fused.found && epi != CUBLASLT_EPILOGUE_DEFAULT) {
-        MF_TRY(lt_plan(ctx, plain, A, B, C, (int32_t)batch, CUBLASLT_EPILOGUE_DEFAULT, nullptr));
-        plan = &plain;
+    if (g->enabled) {
+        Plan *plan = nullptr;
+        MF_TRY(cached_plan(ctx, g, cl, &plan));
+        return run_plan(ctx, g, cl, *plan, p, ep);
     }
-    if (!plan->found)
-        return mf_fail(MF_ERR_UNSUPPORTED,
-                       "gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld, a %s %s (ld %lld), "
-                       "b %s %s (ld %lld), c %s (ld %lld), alignment a/b/c %u/%u/%u bytes",
-                       (long long)m, (long long)n, (long long)k, (long long)batch, mf_dtype_name(p->a.dtype),
-                       op_name(B.op), (long long)B.ld, mf_dtype_name(p->b.dtype), op_name(A.op), (long long)A.ld,
-                       mf_dtype_name(p->c.dtype), (long long)ldc, B.align, A.align, C.align);
-
-    const float alpha = p->alpha, beta = p->beta; // with beta == 0 cuBLASLt does not read c
-    MF_CUBLAS_TRY(cublasLtMatmul(ctx->lt, plan->op, &alpha, A.data, plan->a, B.data, plan->b, &beta, C.data, plan->c,
-                                 p->c.data, plan->c, &plan->heur.algo, ctx->workspace, ctx->workspace_bytes,
-                                 ctx->stream));
-    if (plan == &plain) { // the epilogue cuBLASLt could not fuse
-        ep.cscale = 1.0f, ep.read_c = true;
-        return launch_epilogue(ctx, ep);
-    }
-    return MF_OK;
+    Plan plan; // uncached: what every call did before the cache
+    MF_TRY(build_plan(ctx, g, cl, &plan));
+    PlanGuard guard{&plan};
+    return run_plan(ctx, g, cl, plan, p, ep);
 }

@@ -37,9 +37,9 @@
 // In place (y == x): every element is read by the thread that writes it, and
 // before it writes it; no thread reads an element another one writes.
 #include <algorithm>
-#include <atomic>
 #include <climits>
 
+#include "core/alloc.h"
 #include "cuda/common.cuh"
 #include "ops/softmax_geom.h"
 
@@ -183,7 +183,10 @@ __device__ __noinline__ F8 ld_partial(const char *row, int dt, int c0, int lim) 
     return r;
 }
 
-// Starts the loads of the chunk at column c0; nothing at or past row.lim is read.
+// Starts the loads of the chunk at column c0. A chunk wholly at or past
+// row.lim is not read; an inner chunk that straddles lim is loaded whole (its
+// masked columns, inside the row, are discarded by chunk_logits); head and
+// tail chunks read only columns in [0, lim).
 __device__ __forceinline__ void chunk_issue(const SmParams &p, const Row &row, int c0, Chunk &ck) {
     ck.kind = 0;
     if (c0 >= row.lim) return;
@@ -536,22 +539,92 @@ struct Plan {
     int splits, split_chunks;     // split variant
 };
 
+} // namespace
+
+// What plan() asks the runtime, asked once per backend and kept here
+// (mf_cuda_ctx::softmax): occupancy per variant, the smem variant's dynamic
+// shared memory per block count, the opt-in limit and the L2 size. Launches
+// then make no occupancy or attribute queries.
+constexpr int kSmemThreadSlots = (kSmemMaxThreads - kSmemMinThreads) / 32 + 1; // 64, 96, ..., 512 threads
+constexpr int kMaxBlocksPerSm = 32;
+
+struct mf_cuda_softmax_launch {
+    int occ_warp[3], occ_online, occ_generic; // resident blocks per SM; 0: not asked yet
+    int smem_optin;                           // dynamic shared memory a block may use; -1: not asked yet
+    int l2_bytes;                             // 0 when unknown
+    // smem variant: avail[t][b - 1] = dynamic shared memory per block with
+    // which b blocks of 64 + 32 t threads are resident per SM (-1: cannot be);
+    // smem_slots[t] says whether row t was filled.
+    int smem_avail[kSmemThreadSlots][kMaxBlocksPerSm];
+    bool smem_slots[kSmemThreadSlots];
+};
+
+extern "C" void mf_cuda_softmax_release(mf_cuda_ctx *ctx) {
+    free(ctx->softmax);
+    ctx->softmax = nullptr;
+}
+
+namespace {
+
+mf_status launch_state(mf_cuda_ctx *c, mf_cuda_softmax_launch **out) {
+    if (!c->softmax) {
+        mf_cuda_softmax_launch *s = static_cast<mf_cuda_softmax_launch *>(mf_calloc(1, sizeof *s));
+        if (!s) return mf_fail(MF_ERR_OOM, "softmax: out of host memory (%zu bytes of launch cache)", sizeof *s);
+        s->smem_optin = -1;
+        if (cudaDeviceGetAttribute(&s->l2_bytes, cudaDevAttrL2CacheSize, c->device) != cudaSuccess) {
+            (void)cudaGetLastError();
+            s->l2_bytes = 0;
+        }
+        c->softmax = s;
+    }
+    *out = c->softmax;
+    return MF_OK;
+}
+
 // Resident blocks per SM of a kernel at a block size and dynamic shared
-// memory, asked once per slot and kept (a process drives one GPU model).
+// memory, asked once per slot and kept.
 template <typename K>
-int resident_blocks(K kernel, int threads, size_t smem, std::atomic<int> &slot) {
-    int n = slot.load(std::memory_order_relaxed);
+int resident_blocks(K kernel, int threads, size_t smem, int &slot) {
+    int n = slot;
     if (n > 0) return n;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) {
         (void)cudaGetLastError();
         n = 1;
     }
-    slot.store(n, std::memory_order_relaxed);
+    slot = n;
     return n;
 }
 
-std::atomic<int> g_occ_warp[3], g_occ_online, g_occ_generic;
-std::atomic<int> g_smem_optin{-1}; // bytes of shared memory a block may opt in to; -1: not asked yet
+// Resident blocks per SM of the smem kernel with `threads` threads and
+// `bytes` of dynamic shared memory: the most b whose per-block share of the
+// SM still holds `bytes` (the occupancy calculator's numbers, asked once per
+// block size). At least 1.
+int smem_resident(mf_cuda_softmax_launch *s, int threads, size_t bytes) {
+    const int t = (threads - kSmemMinThreads) / 32;
+    if (!s->smem_slots[t]) {
+        int most = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&most, softmax_smem_kernel, threads, 0) != cudaSuccess) {
+            (void)cudaGetLastError();
+            most = 1;
+        }
+        most = std::max(1, std::min(most, kMaxBlocksPerSm));
+        for (int b = 1; b <= kMaxBlocksPerSm; b++) {
+            size_t avail = 0;
+            if (b > most ||
+                cudaOccupancyAvailableDynamicSMemPerBlock(&avail, softmax_smem_kernel, b, threads) != cudaSuccess) {
+                (void)cudaGetLastError();
+                s->smem_avail[t][b - 1] = -1;
+                continue;
+            }
+            s->smem_avail[t][b - 1] = (int)std::min(avail, (size_t)INT_MAX);
+        }
+        s->smem_slots[t] = true;
+    }
+    int occ = 1;
+    for (int b = 2; b <= kMaxBlocksPerSm; b++)
+        if (s->smem_avail[t][b - 1] >= 0 && bytes <= (size_t)s->smem_avail[t][b - 1]) occ = b;
+    return occ;
+}
 
 unsigned grid_of(int64_t work, int64_t cap) {
     work = std::min(work, cap);
@@ -585,20 +658,22 @@ bool alignable(const SmParams &p) {
 // holds up to 32 values per lane in registers; the smem kernel up to 128 KB of
 // f32 logits per block; longer rows stream twice. A long row is split over
 // several blocks only when the rows alone cannot fill the chip.
-mf_status plan(const mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
+mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
     const int ex = esize(p.x_dt), ey = esize(p.y_dt), eb = esize(p.b_dt);
     if ((uintptr_t)p.x % ex || (uintptr_t)p.y % ey || (p.bias && (uintptr_t)p.bias % eb) ||
         (p.key_lens && (uintptr_t)p.key_lens % 4))
         return mf_fail(MF_ERR_UNSUPPORTED,
                        "softmax: a pointer is not aligned to its element size (x %p, y %p, bias %p, key_lens %p)",
                        p.x, p.y, p.bias, static_cast<const void *>(p.key_lens));
+    mf_cuda_softmax_launch *ls = nullptr;
+    MF_TRY(launch_state(c, &ls));
     const int64_t resident_sm = c->sm_count;
     pl->smem = 0;
     pl->splits = 1;
     if (!alignable(p)) {
         pl->var = kVarGeneric;
         pl->threads = kGenericThreads;
-        const int occ = resident_blocks(softmax_generic_kernel, kGenericThreads, 0, g_occ_generic);
+        const int occ = resident_blocks(softmax_generic_kernel, kGenericThreads, 0, ls->occ_generic);
         pl->grid = grid_of(p.rows, resident_sm * occ);
         return MF_OK;
     }
@@ -610,13 +685,13 @@ mf_status plan(const mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
             pl->var = kVarWarp1;
             G = 1;
             while (G < nchunks) G *= 2;
-            occ = resident_blocks(softmax_warp_kernel<1>, kWarpThreads, 0, g_occ_warp[0]);
+            occ = resident_blocks(softmax_warp_kernel<1>, kWarpThreads, 0, ls->occ_warp[0]);
         } else if (nchunks <= 64) {
             pl->var = kVarWarp2;
-            occ = resident_blocks(softmax_warp_kernel<2>, kWarpThreads, 0, g_occ_warp[1]);
+            occ = resident_blocks(softmax_warp_kernel<2>, kWarpThreads, 0, ls->occ_warp[1]);
         } else {
             pl->var = kVarWarp4;
-            occ = resident_blocks(softmax_warp_kernel<4>, kWarpThreads, 0, g_occ_warp[2]);
+            occ = resident_blocks(softmax_warp_kernel<4>, kWarpThreads, 0, ls->occ_warp[2]);
         }
         pl->G = G;
         pl->threads = kWarpThreads;
@@ -625,7 +700,7 @@ mf_status plan(const mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
         return MF_OK;
     }
     if (nchunks <= kSmemMaxChunks) {
-        int optin = g_smem_optin.load(std::memory_order_relaxed);
+        int optin = ls->smem_optin;
         if (optin < 0) {
             if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess) {
                 (void)cudaGetLastError();
@@ -639,7 +714,7 @@ mf_status plan(const mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
                 (void)cudaGetLastError();
                 optin = 48 << 10;
             }
-            g_smem_optin.store(optin, std::memory_order_relaxed);
+            ls->smem_optin = optin;
         }
         const size_t bytes = (size_t)nchunks * 2 * sizeof(float4);
         if (bytes <= (size_t)optin) {
@@ -649,18 +724,13 @@ mf_status plan(const mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
             int t = (nchunks + kSmemUnroll - 1) / kSmemUnroll;
             t = std::min(kSmemMaxThreads, std::max(kSmemMinThreads, (t + 31) / 32 * 32));
             pl->threads = t;
-            int occ = 1;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, softmax_smem_kernel, t, bytes) != cudaSuccess ||
-                occ < 1) {
-                (void)cudaGetLastError();
-                occ = 1;
-            }
+            const int occ = smem_resident(ls, t, bytes);
             pl->grid = grid_of(p.rows, resident_sm * occ);
             return MF_OK;
         }
     }
     pl->threads = kOnlineThreads;
-    const int occ = resident_blocks(softmax_online_kernel, kOnlineThreads, 0, g_occ_online);
+    const int occ = resident_blocks(softmax_online_kernel, kOnlineThreads, 0, ls->occ_online);
     const int64_t resident = resident_sm * occ;
     if (p.rows < resident && c->workspace) {
         int64_t splits = (resident + p.rows - 1) / p.rows;
@@ -677,11 +747,7 @@ mf_status plan(const mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
     pl->var = kVarOnline;
     // Pass 2 re-reads the row: keep the rows in flight within half the L2 so
     // that it hits there (but at least one block per SM).
-    int l2 = 0;
-    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        l2 = 0;
-    }
+    const int l2 = ls->l2_bytes;
     const int64_t row_bytes = (int64_t)p.cols * (ex + (p.bcol ? eb : 0));
     const int64_t cap = l2 > 0 ? std::max(resident_sm, std::min(resident, (int64_t)l2 / 2 / row_bytes)) : resident;
     pl->grid = grid_of(p.rows, cap);

@@ -447,15 +447,12 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, float *logits) {
         void *exec = NULL;
         mf_status se = s->be->graph_end(s->be, &exec);
         s->recording = false;
-        if (st == MF_OK && se != MF_OK) { // not recordable: plain steps from now on
+        if (st != MF_OK || se != MF_OK) { // not recordable: plain steps from now on (they report real errors)
+            if (exec) s->be->graph_free(s->be, exec);
             s->graphs = false;
             for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
             s->call_ops = ops0;
             return MF_ERR_UNSUPPORTED;
-        }
-        if (st != MF_OK) {
-            if (exec) s->be->graph_free(s->be, exec);
-            return st;
         }
         s->graph[e].n_seqs = n_segs, s->graph[e].exec = exec, s->graph[e].ops = s->call_ops - ops0;
         s->graphs_recorded++;

@@ -649,12 +649,52 @@ TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 T_UNIT = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
 
 
-def trand(shape, dt, seed, scale=1.0):
+def trand(shape, dt, seed, scale=1.0, device="cuda"):
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(shape, generator=g, dtype=torch.float64) * scale
     mask = torch.rand(shape, generator=g) < 0.01
     x[mask] = 8.0 * scale * torch.sign(x[mask])
-    return x.to(getattr(torch, TORCH_DTYPES[dt])).cuda()
+    return x.to(getattr(torch, TORCH_DTYPES[dt])).to(device)
+
+
+def cuda_gemm_path():
+    """How the CUDA backend ran its last GEMM ("fused", "f32-scratch", ...;
+    src/ops/gemm_plan.h), or None when the library does not say."""
+    lib = L.load()
+    fn = getattr(lib, "mf_cuda_gemm_last_path", None)
+    if fn is None:
+        return None
+    fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    return fn(minfer.backend("cuda").handle).decode()
+
+
+def gemm_bias_gelu_bound(x, w, bias, dt, fused):
+    """The bound tests/cases_gemm.c derives, for c = gelu(x @ w.T + bias):
+    f32 sum of k products, the bias added in f32, GELU in f32, one rounding
+    to c (no second rounding on any path):
+        1.2 (k + 8) u32 S + u_c |ref| + 8 u32 |pre| (+ 2^-11 |pre| on the fused
+        path: cuBLASLt's GELU may use an approximate tanh)."""
+    k = x.shape[1]
+    ref, mag = gemm_ref(x, w.T, bias=bias, gelu=True)
+    pre, _ = gemm_ref(x, w.T, bias=bias)
+    u32 = 2.0**-24
+    tol = 1.2 * (k + 8) * u32 * mag + T_UNIT[dt] * np.abs(ref) + 8 * u32 * np.abs(pre) + 1e-30
+    if fused:
+        tol = tol + 2.0**-11 * np.abs(pre)
+    return ref, tol
+
+
+@needs_torch
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 13, 5), (128, 256, 64), (33, 1000, 257)])
+def test_cpu_torch_gemm_bias_gelu(dt, m, n, k):
+    """test_cuda_gemm's inputs and bound on the CPU backend (the semantics every path follows)."""
+    x = trand((m, k), dt, m + n + k, device="cpu")
+    w = trand((n, k), dt, m * n + k, device="cpu")
+    bias = trand((n,), dt, k, device="cpu")
+    c = minfer.gemm(x, w.t(), bias=bias, gelu=True)
+    ref, tol = gemm_bias_gelu_bound(t64(x), t64(w), t64(bias), dt, fused=False)
+    assert_close(t64(c), ref, tol, f"cpu gemm(dtype={dt},m={m},n={n},k={k},bias,gelu)")
 
 
 @needs_cuda
@@ -666,9 +706,9 @@ def test_cuda_gemm(dt, m, n, k):
     bias = trand((n,), dt, k)
     c = minfer.gemm(x, w.t(), bias=bias, gelu=True)
     torch.cuda.synchronize()
-    ref, mag = gemm_ref(t64(x), t64(w).T, bias=t64(bias), gelu=True)
-    tol = T_UNIT[dt] * 1.01 * np.abs(ref) + 2.0**-20 * (k + 4) * mag + 1e-30
-    assert_close(t64(c), ref, tol, f"cuda gemm(dtype={dt},m={m},n={n},k={k},bias,gelu)")
+    path = cuda_gemm_path()
+    ref, tol = gemm_bias_gelu_bound(t64(x), t64(w), t64(bias), dt, fused=path in ("fused", None))
+    assert_close(t64(c), ref, tol, f"cuda gemm(dtype={dt},m={m},n={n},k={k},bias,gelu) path {path}")
 
 
 @needs_cuda
@@ -745,6 +785,41 @@ def test_cuda_uses_torch_current_stream():
     s.synchronize()
     assert torch.equal(out, 2.0 * src)
     assert abs(total.item() - (2.0 * src).sum().item()) <= 1e-3 * src.abs().sum().item()
+
+
+@needs_torch
+@pytest.mark.parametrize("q,k", [(9, 9), (3, 17), (1, 64)])
+def test_torch_cpu_softmax_fast_path(q, k):
+    """The packed-struct path torch tensors take: same results as the numpy
+    path for every argument (key_lens, a stride-0 bias, in place, y allocated),
+    the same errors, and numpy arguments mixed in still work."""
+    softmax_or_skip()
+    rng = np.random.default_rng(q * 7 + k)
+    B, H = 3, 2
+    x = rand(rng, (B, H, q, k), np.float32)
+    kl = np.array([k, 0, max(k - 5, 1)], np.int32)
+    bias_row = rand(rng, (1, 1, q, k), np.float32)
+    bias = np.broadcast_to(bias_row, (B, H, q, k))
+    ref = minfer.softmax(x, scale=0.3, causal=True, key_lens=kl, bias=bias)
+    xt, tb = torch.from_numpy(x.copy()), torch.from_numpy(bias_row).expand(B, H, q, k)
+    got = minfer.softmax(xt, scale=0.3, causal=True, key_lens=torch.from_numpy(kl), bias=tb)
+    assert isinstance(got, torch.Tensor) and got.shape == xt.shape
+    assert np.array_equal(got.numpy(), ref)
+    got2 = minfer.softmax(xt, scale=0.3, causal=True, key_lens=kl, bias=tb)  # numpy key_lens: generic path
+    assert np.array_equal(got2.numpy(), ref)
+    minfer.softmax(xt, y=xt, scale=0.3, causal=True, key_lens=torch.from_numpy(kl), bias=tb)  # in place
+    assert np.array_equal(xt.numpy(), ref)
+    with pytest.raises(TypeError, match="float64"):
+        minfer.softmax(torch.ones(2, 3, dtype=torch.float64))
+    with pytest.raises(minfer.MinferError, match="softmax"):
+        minfer.softmax(xt, y=torch.empty(B, H, q, k + 1))
+    with pytest.raises(minfer.MinferError, match="key_lens"):
+        minfer.softmax(xt, key_lens=torch.ones(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="dims"):
+        minfer.softmax(torch.ones(1, 1, 1, 1, 2))
+    with pytest.raises(TypeError, match="scale"):
+        minfer.softmax(xt, scale="x")
+    still_usable()
 
 
 @needs_cuda
