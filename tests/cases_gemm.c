@@ -64,6 +64,8 @@ typedef struct {
     bool cancel;              // bias_j = -(alpha (a@b)_0j + beta c_0j): row 0's result is far smaller than its terms
     mf_epilogue act;
     float alpha, beta;
+    bool c_inter;             // batched c interleaved: batch b's row r at r * (batch * n + pad_c) + b * n
+                              // (attention heads side by side in a token's row; batch stride < one matrix's span)
 } gemm_p;
 
 static double gelu_ref(double x) {
@@ -106,6 +108,7 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
     th_buf *bb_ = operand(ctx, p->dt, nd, bb, p->bcast != BC_B0, k, n, p->tb, p->pad_b, &args.b);
     int64_t ldc = n + p->pad_c;
     int64_t cshape[3] = {batch, m, n}, cstride[3] = {m * ldc, ldc, 1};
+    if (p->c_inter) cstride[0] = n, cstride[1] = batch * n + p->pad_c;
     th_buf *bc = nd == 3 ? th_tensor(ctx, p->ct, 3, cshape, cstride, &args.c)
                          : th_tensor(ctx, p->ct, 2, cshape + 1, cstride + 1, &args.c);
     if (p->beta != 0.0f) th_fill(ctx, bc, &args.c, NULL); // else c stays NaN: must not be read
@@ -198,10 +201,10 @@ static void add_gemm(th_list *l, const gemm_p *p) {
         snprintf(pads, sizeof pads, ",pad_a=%lld,pad_b=%lld,pad_c=%lld", (long long)p->pad_a, (long long)p->pad_b,
                  (long long)p->pad_c);
     const char *bias = !p->bias ? "0" : p->cancel ? (p->bias_off ? "cancel_off" : "cancel") : p->bias_off ? "off" : "1";
-    th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s,bias=%s,act=%s,alpha=%g,beta=%g)",
+    th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s%s,bias=%s,act=%s,alpha=%g,beta=%g)",
            mf_dtype_name(p->dt), mf_dtype_name(p->ct), (long long)p->m, (long long)p->n, (long long)p->k,
-           th_b(p->ta), th_b(p->tb), batch, pads, bias, p->act == MF_EPILOGUE_GELU ? "gelu" : "none",
-           (double)p->alpha, (double)p->beta);
+           th_b(p->ta), th_b(p->tb), batch, p->c_inter ? ",c_interleaved=1" : "", pads, bias,
+           p->act == MF_EPILOGUE_GELU ? "gelu" : "none", (double)p->alpha, (double)p->beta);
 }
 
 // (a dtype, c dtype): c is a's dtype or f32.
@@ -293,6 +296,11 @@ void th_cases_gemm(th_list *l) {
         gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .batch = 3, .bcast = BC_B0, .m = 37, .n = 64, .k = 128,
                     .ta = 1, .tb = 0, .bias = true, .cancel = true, .act = MF_EPILOGUE_GELU, .alpha = 0.75f,
                     .beta = -0.5f};
+        add_gemm(l, &p);
+    }
+    for (int c = 0; c < N_COMBOS; c++) { // interleaved c batches: attention's per-head P.V into a token's row
+        gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .batch = 4, .bcast = BC_NONE, .m = 37, .n = 16, .k = 33,
+                    .ta = 0, .tb = 0, .c_inter = true, .pad_c = c % 2 ? 8 : 0, .alpha = 1.0f, .beta = c % 2 ? 0.5f : 0.0f};
         add_gemm(l, &p);
     }
     for (int c = 0; c < N_COMBOS; c++) { // the odd shape of section 2 with a cancelling bias (the H100 failures)
