@@ -422,9 +422,11 @@ def plot_model(results, out, made):
                 ir = [r for r in cr if r.get("impl") == impl]
                 head = latest_commit(ir)
                 for si, s in enumerate(seqs):
-                    pts = sorted((col(r, "batch"), col(r, key)) for r in ir
-                                 if r["_commit"] == head and col(r, "seq") == s)
-                    pts = [p for p in pts if p[1] is not None]
+                    newest = {}  # a case measured twice: its newest row
+                    for r in sorted(ir, key=lambda r: r.get("date", "")):
+                        if r["_commit"] == head and col(r, "seq") == s and col(r, key) is not None:
+                            newest[col(r, "batch")] = col(r, key)
+                    pts = sorted(newest.items())
                     if not pts:
                         continue
                     line, = ax.plot(*zip(*pts), marker="o", linestyle=styles[si % len(styles)],
