@@ -20,6 +20,8 @@ Plots (the column contract of each CSV is in docs/results/README.md):
   moe.png           TFLOP/s vs experts x top-k with the dense-GEMM line (moe.csv)
   model_<config>.png   tokens/s and latency vs batch, prefill and decode,
                     minfer beside HF transformers (model_peers*.csv)
+  profile.png       per-op time of one prefill and one decode step, classic vs flash
+                    attention (model_profile.csv, minfer bench model --profile)
   roofline.png      every kernel row that has a FLOP and byte count, on the
                     copy and GEMM ceilings
 """
@@ -450,6 +452,47 @@ def plot_model(results, out, made):
         plt.close(fig)
 
 
+def plot_profile(results, out, made):
+    rows = load(results, "model_profile*.csv")
+    rows = [r for r in rows if col(r, "ms") is not None and r.get("phase") in ("prefill", "decode")]
+    if not rows:
+        warn("profile.png skipped: no model_profile*.csv (minfer bench model --profile) in " + results)
+        return
+    head = latest_commit(rows)
+    rows = [r for r in rows if r["_commit"] == head]
+    bench_id = sorted({r.get("bench", "") for r in rows})[0]  # one model/batch/seq per plot
+    rows = [r for r in rows if r.get("bench", "") == bench_id]
+    plt = plt_module()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    paths = sorted({r.get("attn") or "?" for r in rows})
+    for ax, phase in zip(axes, ("prefill", "decode")):
+        pr = [r for r in rows if r["phase"] == phase]
+        if not pr:
+            ax.set_title(f"{phase}: not measured")
+            continue
+        tot = {(r.get("attn") or "?"): col(r, "ms") for r in pr if r.get("kind") == "total"}
+        pr = [r for r in pr if r.get("kind", "op") in ("op", "")]  # not the family sums or the total
+        top = {}
+        for r in pr:
+            top[r["op"]] = max(top.get(r["op"], 0), col(r, "ms"))
+        ops = sorted(top, key=top.get)[-12:]
+        hgt = 0.8 / len(paths)
+        for i, path in enumerate(paths):
+            ms = {r["op"]: col(r, "ms") for r in pr if (r.get("attn") or "?") == path}
+            total = tot.get(path, sum(ms.values()))
+            ax.barh([k + i * hgt for k in range(len(ops))], [ms.get(o, 0) for o in ops], height=hgt,
+                    label=f"attn={path} (all ops {total:.2f} ms)")
+        ax.set_yticks([k + 0.4 - hgt / 2 for k in range(len(ops))])
+        ax.set_yticklabels(ops, fontsize=7)
+        ax.set_xlabel("ms (CUDA events per op, one pass)")
+        ax.set_title(f"{phase}: the 12 largest ops")
+        ax.legend(loc="lower right")
+    fig.suptitle(f"Where the time goes: {bench_id} — {provenance(rows)}")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    save(fig, out, "profile.png", made)
+    plt.close(fig)
+
+
 # ---- roofline -------------------------------------------------------------------------------------------
 
 def model_matmul_params(cfg):
@@ -543,7 +586,7 @@ def plot_roofline(results, out, made):
 
 
 PLOTS = {"softmax": plot_softmax, "attention": plot_attention, "decode": plot_decode, "moe": plot_moe,
-         "model": plot_model, "roofline": plot_roofline}
+         "model": plot_model, "profile": plot_profile, "roofline": plot_roofline}
 
 
 def main():
