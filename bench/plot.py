@@ -171,6 +171,25 @@ def plt_module():
     return plt
 
 
+# Fixed colours for the names the peers scripts use, so a name looks the same in every
+# plot and every run; other names take the next free colour.
+_COLORS = {"minfer": "#1f77b4", "minfer_flash": "#1f77b4", "minfer_classic": "#17becf", "hf_sdpa": "#2ca02c",
+           "hf_eager": "#d62728", "triton": "#9467bd", "torch_softmax": "#ff7f0e", "torch_eager": "#d62728",
+           "torch_compile": "#8c564b", "sdpa_flash": "#2ca02c", "sdpa_cudnn": "#ff7f0e", "sdpa_efficient": "#8c564b",
+           "torch_grouped_mm": "#ff7f0e", "torch_bmm": "#2ca02c", "torch_loop": "#d62728"}
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+            "#7f7f7f"]
+
+
+def color_for(name):
+    """One colour per implementation, the same in every panel and plot."""
+    if name not in _COLORS:
+        used = set(_COLORS.values())
+        free = [c for c in _PALETTE if c not in used]
+        _COLORS[name] = free[0] if free else _PALETTE[len(_COLORS) % len(_PALETTE)]
+    return _COLORS[name]
+
+
 def hline(ax, y, label, color="black"):
     ax.axhline(y, color=color, linestyle=":", linewidth=1.2)
     ax.annotate(label, xy=(1.0, y), xycoords=("axes fraction", "data"), xytext=(-4, 3),
@@ -237,7 +256,7 @@ def plot_softmax(results, out, made):
             lab = labels.get(impl, impl) + (f" @ {commit}" if impl == "minfer" else "")
             ax.plot(*zip(*pts), marker="o" if impl == "minfer" else ".", markersize=4,
                     linestyle="--" if before else "-", linewidth=2 if impl == "minfer" and not before else 1.2,
-                    label=lab + (" (before)" if before else ""))
+                    color="#7f7f7f" if before else color_for(impl), label=lab + (" (before)" if before else ""))
         if not pts_any:
             ax.set_visible(False)
             continue
@@ -309,7 +328,7 @@ def plot_attention(results, out, made):
                         best[r["_q"]] = (work, r["_tflops"])
                 pts = sorted((q, v[1]) for q, v in best.items())
                 if pts:
-                    ax.plot(*zip(*pts), marker="o" if impl.startswith("minfer") else ".",
+                    ax.plot(*zip(*pts), marker="o" if impl.startswith("minfer") else ".", color=color_for(impl),
                             linewidth=2 if impl.startswith("minfer") else 1.2, label=impl)
             if gm:
                 hline(ax, gm[0], f"bf16 GEMM {gm[0]:.0f} TFLOP/s (measured, {gm[1]})")
@@ -338,7 +357,7 @@ def plot_decode(results, out, made):
         pts = [p for p in pts if p[0]]
         if pts:
             ax.plot(*zip(*pts), marker="o" if impl.startswith("minfer") else ".", label=impl,
-                    linewidth=2 if impl.startswith("minfer") else 1.2)
+                    color=color_for(impl), linewidth=2 if impl.startswith("minfer") else 1.2)
     cp = copy_ceiling(rows)
     if cp:
         hline(ax, cp, f"device-to-device copy {cp:.0f} GB/s")
@@ -379,7 +398,7 @@ def plot_moe(results, out, made):
         pts = sorted((idx[k], v) for k, v in best.items())
         if pts:
             ax.plot(*zip(*pts), marker="o" if impl.startswith("minfer") else ".", label=impl,
-                    linewidth=2 if impl.startswith("minfer") else 1.2)
+                    color=color_for(impl), linewidth=2 if impl.startswith("minfer") else 1.2)
     dense = [col(r, "dense_tflops", "dense_TFLOP/s") for r in rows]
     dense += [col(r, "tflops", "TFLOP/s") for r in rows if text(r, "impl", "kernel") in dense_names]
     dense = [d for d in dense if d]
@@ -417,7 +436,6 @@ def plot_model(results, out, made):
         impls = sorted({r.get("impl") for r in cr})
         seqs = sorted({col(r, "seq") for r in cr})
         styles = ["-", "--", "-.", ":"]
-        colors = {}
         for ax, key, ylabel, title in panels:
             for impl in impls:
                 # the newest commit of each implementation
@@ -431,10 +449,9 @@ def plot_model(results, out, made):
                     pts = sorted(newest.items())
                     if not pts:
                         continue
-                    line, = ax.plot(*zip(*pts), marker="o", linestyle=styles[si % len(styles)],
-                                    color=colors.get(impl), linewidth=2 if impl.startswith("minfer") else 1.2,
-                                    label=f"{impl} @ {head}, seq {int(s)}")
-                    colors[impl] = line.get_color()
+                    ax.plot(*zip(*pts), marker="o", linestyle=styles[si % len(styles)],
+                            color=color_for(impl), linewidth=2 if impl.startswith("minfer") else 1.2,
+                            label=f"{impl} @ {head}, seq {int(s)}")
             ax.set_xscale("log", base=2)
             bs = sorted({col(r, "batch") for r in cr})
             ax.set_xticks(bs)
