@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every benchmark and peer of minfer in one call on the (air-gapped) GPU host,
-# within ~10 minutes on an H100; results appended to docs/results/*.csv, plots
-# redrawn into docs/plots/, and at most 4 files left in OUTDIR.
+# budgeted to finish within 10 minutes (MF_BENCH_BUDGET_S; not yet run on a GPU);
+# results appended to docs/results/*.csv, plots redrawn into docs/plots/, and at
+# most 4 files left in OUTDIR.
 #
 #   bash scripts/gpu-bench.sh OUTDIR             # build (via gpu-check.sh) + everything
 #   bash scripts/gpu-bench.sh --dry-run OUTDIR   # print the commands, run nothing
