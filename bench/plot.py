@@ -375,42 +375,63 @@ def plot_decode(results, out, made):
 
 def plot_moe(results, out, made):
     rows = load(results, "moe*.csv")
-    rows = [r for r in rows if col(r, "tflops", "TFLOP/s")]
+    tf = ("tflops", "TFLOP/s", "expert_TFLOP/s")
+    rows = [r for r in rows if col(r, *tf) and text(r, "mode", default="prefill") == "prefill"]
     if not rows:
-        warn("moe.png skipped: no moe*.csv with TFLOP/s rows in " + results)
+        warn("moe.png skipped: no moe*.csv with prefill TFLOP/s rows in " + results)
         return
     head = latest_commit(rows)
     rows = [r for r in rows if r["_commit"] == head]
+    # one shape family per plot: the most common hidden size (the goal shape's 4096 when present)
+    hs = [col(r, "hidden") for r in rows if col(r, "hidden")]
+    hidden = 4096 if 4096 in hs else (max(set(hs), key=hs.count) if hs else None)
+    if hidden:
+        rows = [r for r in rows if col(r, "hidden") in (hidden, None)]
     plt = plt_module()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
     dense_names = ("dense_gemm", "dense", "cublas_gemm")
-    keys = sorted({(col(r, "experts", "n_experts"), col(r, "top_k", "topk")) for r in rows
-                   if text(r, "impl", "kernel") not in dense_names and col(r, "experts", "n_experts")})
+
+    def ek(r):
+        return (col(r, "experts", "n_experts"), col(r, "top_k", "topk"))
+
+    keys = sorted({ek(r) for r in rows if text(r, "impl", "kernel") not in dense_names and ek(r)[0]})
     idx = {k: i for i, k in enumerate(keys)}
-    for impl in sorted({text(r, "impl", "kernel", default="minfer") for r in rows} - set(dense_names)):
-        best = {}
-        for r in rows:
-            if text(r, "impl", "kernel", default="minfer") != impl:
-                continue
-            k = (col(r, "experts", "n_experts"), col(r, "top_k", "topk"))
-            if k in idx:
-                best[k] = max(best.get(k, 0), col(r, "tflops", "TFLOP/s"))
-        pts = sorted((idx[k], v) for k, v in best.items())
-        if pts:
-            ax.plot(*zip(*pts), marker="o" if impl.startswith("minfer") else ".", label=impl,
-                    color=color_for(impl), linewidth=2 if impl.startswith("minfer") else 1.2)
-    dense = [col(r, "dense_tflops", "dense_TFLOP/s") for r in rows]
-    dense += [col(r, "tflops", "TFLOP/s") for r in rows if text(r, "impl", "kernel") in dense_names]
-    dense = [d for d in dense if d]
+    series, dense = {}, {}
+    for r in rows:
+        impl = text(r, "impl", "kernel", default="minfer")
+        k = ek(r)
+        if k not in idx:
+            continue
+        # per (E, k): the largest token count measured (the goal: batch 16 x 2048)
+        t = col(r, "tokens") or 0
+        if impl in dense_names:
+            dense[k] = max(dense.get(k, (0, 0)), (t, col(r, *tf)))
+            continue
+        name = impl + (f" ({r['routing']} routing)" if r.get("routing") else "")
+        cur = series.setdefault(name, {}).get(k)
+        if cur is None or t > cur[0]:
+            series[name][k] = (t, col(r, *tf))
+        d = col(r, "dense_tflops", "dense_TFLOP/s")
+        if d:
+            dense[k] = max(dense.get(k, (0, 0)), (t, d))
+    for name in sorted(series):
+        pts = sorted((idx[k], v[1]) for k, v in series[name].items())
+        base = name.split(" ")[0]
+        ax.plot(*zip(*pts), marker="o" if base.startswith("minfer") else ".", label=name,
+                color=color_for(base), linestyle=":" if "zipf" in name else "-",
+                linewidth=2 if base.startswith("minfer") else 1.2)
     if dense:
-        hline(ax, max(dense), f"dense bf16 GEMM of the same FLOPs {max(dense):.0f} TFLOP/s")
+        pts = sorted((idx[k], v[1]) for k, v in dense.items())
+        ax.plot(*zip(*pts), color="black", linestyle="--", linewidth=1.2, marker="_",
+                label="dense bf16 GEMM of the same FLOPs (measured)")
     ax.set_xticks(range(len(keys)))
     ax.set_xticklabels([f"E={int(e)}\nk={int(k) if k else '?'}" for e, k in keys])
     ax.set_xlabel("experts × top-k")
-    ax.set_ylabel("TFLOP/s (expert GEMMs, 2·tokens·k·(gate+up+down) FLOPs)")
+    ax.set_ylabel("TFLOP/s of the expert GEMMs (2·T·k·3·H·I)")
     ax.set_ylim(bottom=0)
-    ax.legend(loc="lower right")
-    ax.set_title(f"MoE expert layer (bf16): TFLOP/s vs experts × top-k\n{provenance(rows)}")
+    ax.legend(loc="lower right", fontsize=7)
+    ax.set_title(f"MoE expert layer, prefill{f', hidden {int(hidden)}' if hidden else ''}: TFLOP/s vs experts × top-k"
+                 f"\n{provenance(rows)}")
     save(fig, out, "moe.png", made)
     plt.close(fig)
 
@@ -534,7 +555,7 @@ def roofline_points(results):
             grp = "attention decode" if r["_phase"] == "decode" else "attention prefill"
             pts.append((f"{grp} ({r['_impl']})", grp, r["_tflops"] * 1e3 / r["_gbps"], r["_tflops"], r))
     for r in load(results, "moe*.csv"):
-        t, g = col(r, "tflops", "TFLOP/s"), col(r, "gbps", "GB/s")
+        t, g = col(r, "tflops", "TFLOP/s", "expert_TFLOP/s"), col(r, "gbps", "GB/s", "weight_GB/s")
         if t and g:
             pts.append((f"MoE ({text(r, 'impl', 'kernel', default='minfer')})", "moe", t * 1e3 / g, t, r))
     # model forwards: 2 FLOP per matmul weight per token (attention FLOPs not counted), bytes =

@@ -46,7 +46,8 @@
 #   MF_COMMIT=<git HEAD>   the commit written on every row: set it when the tree
 #                          on the host is a copy without .git (else "unknown")
 #   MF_NCU_ATTN_RE='(?i)attn|attention|flash'   kernels profiled in the attention step
-#   MF_NCU_MOE_RE='(?i)moe|expert|group|route|permut'   ... in the MoE step
+#   MF_NCU_MOE_RE='(?i)moe|gemm|nvjet|xmma'   ... in the MoE step (moe_router/permute/gather/
+#                          combine kernels and the cuBLASLt expert GEMMs; the first case's)
 set -uo pipefail
 
 dry=0 only=""
@@ -79,7 +80,7 @@ if [[ -z ${MF_COMMIT:-} && $commit != unknown && -n $(git -C "$root" status --po
   commit="$commit+dirty"
 fi
 attn_re=${MF_NCU_ATTN_RE:-'(?i)attn|attention|flash'}
-moe_re=${MF_NCU_MOE_RE:-'(?i)moe|expert|group|route|permut'}
+moe_re=${MF_NCU_MOE_RE:-'(?i)moe|gemm|nvjet|xmma'}
 log="$out/bench.log"
 if ((dry)); then log=/dev/null; else rm -rf "$work"; mkdir -p "$work/raw" "$work/ncu"; : >"$log"; fi
 
@@ -267,7 +268,7 @@ if want ncu; then
         --batch 8 --seq 2048 --gen 1 --iters 1 --no-graphs --format csv
     else skip "ncu attention" "minfer bench model not in this build"; fi
     if has_bench moe; then
-      ncu_case moe "$moe_re" 20 "$minfer" bench moe --format csv
+      ncu_case moe "$moe_re" 40 "$minfer" bench moe --warmup 0 --iters 1 --format csv
     else skip "ncu moe" "minfer bench moe not in this build"; fi
   fi
 fi
