@@ -139,12 +139,14 @@ def copy_ceiling(rows):
     return max(set(vals), key=vals.count) if vals else None
 
 
-def gemm_ceiling(results):
+def gemm_ceiling(results, devices=None):
     """Measured bf16 GEMM TFLOP/s from any CSV that records it (column gemm_TFLOP/s or
     gemm_tflops, or rows with impl cublas_gemm / dense_gemm), preferring ceilings*.csv
     rows (ceiling gemm_bf16), else None."""
     best = None
     for r in load(results, "ceilings*.csv"):
+        if devices and r["_device"] not in devices:
+            continue  # another GPU's ceiling
         if r.get("ceiling") == "gemm_bf16" and fnum(r.get("value")) is not None:
             v = fnum(r["value"])
             if best is None or v > best[0]:
@@ -152,6 +154,8 @@ def gemm_ceiling(results):
     if best:
         return best
     for r in load(results, "*.csv"):
+        if devices and r["_device"] not in devices:
+            continue
         v = col(r, "gemm_TFLOP/s", "gemm_tflops")
         if v is None and text(r, "impl", "kernel") in ("cublas_gemm", "dense_gemm", "dense"):
             v = col(r, "tflops", "TFLOP/s")
@@ -176,7 +180,8 @@ def plt_module():
 _COLORS = {"minfer": "#1f77b4", "minfer_flash": "#1f77b4", "minfer_classic": "#17becf", "hf_sdpa": "#2ca02c",
            "hf_eager": "#d62728", "triton": "#9467bd", "torch_softmax": "#ff7f0e", "torch_eager": "#d62728",
            "torch_compile": "#8c564b", "sdpa_flash": "#2ca02c", "sdpa_cudnn": "#ff7f0e", "sdpa_efficient": "#8c564b",
-           "torch_grouped_mm": "#ff7f0e", "torch_bmm": "#2ca02c", "torch_loop": "#d62728"}
+           "torch_grouped_mm": "#ff7f0e", "torch_bmm": "#2ca02c", "torch_loop": "#d62728", "grouped_mm": "#ff7f0e",
+           "hf_loop": "#d62728", "torch_naive": "#e377c2", "sdpa_math": "#7f7f7f"}
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
             "#7f7f7f"]
 
@@ -288,7 +293,7 @@ def attn_rows(results):
     rows = load(results, "attention*.csv")
     for r in rows:
         r["_impl"] = text(r, "impl", "kernel", default="minfer")
-        r["_phase"] = text(r, "phase", default="prefill").lower()
+        r["_phase"] = text(r, "phase", "case", default="prefill").lower()  # the peers and minfer bench: case
         r["_d"] = col(r, "head_dim", "d")
         r["_causal"] = truthy(text(r, "causal", "mask", default="0"))
         r["_q"] = col(r, "q_len", "seq", "seq_len")
@@ -307,7 +312,7 @@ def plot_attention(results, out, made):
     head = latest_commit(rows)
     rows = [r for r in rows if r["_commit"] == head]
     plt = plt_module()
-    gm = gemm_ceiling(results)
+    gm = gemm_ceiling(results, {r["_device"] for r in rows})
     for d in sorted({r["_d"] for r in rows if r["_d"]}):
         dr = [r for r in rows if r["_d"] == d]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
@@ -353,8 +358,11 @@ def plot_decode(results, out, made):
     plt = plt_module()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for impl in sorted({r["_impl"] for r in rows}):
-        pts = sorted(((r["_b"] or 1) * (r["_k"] or 0), r["_gbps"]) for r in rows if r["_impl"] == impl)
-        pts = [p for p in pts if p[0]]
+        by_x = {}  # (batch, context) pairs with the same product: their mean
+        for r in rows:
+            if r["_impl"] == impl and r["_k"]:
+                by_x.setdefault((r["_b"] or 1) * r["_k"], []).append(r["_gbps"])
+        pts = sorted((x, sum(v) / len(v)) for x, v in by_x.items())
         if pts:
             ax.plot(*zip(*pts), marker="o" if impl.startswith("minfer") else ".", label=impl,
                     color=color_for(impl), linewidth=2 if impl.startswith("minfer") else 1.2)
@@ -362,7 +370,7 @@ def plot_decode(results, out, made):
     if cp:
         hline(ax, cp, f"device-to-device copy {cp:.0f} GB/s")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch × context (cached tokens read per step)")
+    ax.set_xlabel("batch × context (cached tokens read per call; equal products averaged)")
     ax.set_ylabel("GB/s of KV cache read")
     ax.set_ylim(bottom=0)
     ax.legend(loc="lower right")
@@ -407,7 +415,9 @@ def plot_moe(results, out, made):
         if impl in dense_names:
             dense[k] = max(dense.get(k, (0, 0)), (t, col(r, *tf)))
             continue
-        name = impl + (f" ({r['routing']} routing)" if r.get("routing") else "")
+        # minfer bench moe times the expert GEMMs alone; the peers time the whole layer
+        what = "expert GEMMs" if col(r, "expert_TFLOP/s") is not None else "whole layer"
+        name = impl + f" ({what}" + (f", {r['routing']} routing)" if r.get("routing") else ")")
         cur = series.setdefault(name, {}).get(k)
         if cur is None or t > cur[0]:
             series[name][k] = (t, col(r, *tf))
@@ -427,7 +437,7 @@ def plot_moe(results, out, made):
     ax.set_xticks(range(len(keys)))
     ax.set_xticklabels([f"E={int(e)}\nk={int(k) if k else '?'}" for e, k in keys])
     ax.set_xlabel("experts × top-k")
-    ax.set_ylabel("TFLOP/s of the expert GEMMs (2·T·k·3·H·I)")
+    ax.set_ylabel("TFLOP/s (FLOPs of the expert GEMMs, 2·T·k·3·H·I)")
     ax.set_ylim(bottom=0)
     ax.legend(loc="lower right", fontsize=7)
     ax.set_title(f"MoE expert layer, prefill{f', hidden {int(hidden)}' if hidden else ''}: TFLOP/s vs experts × top-k"
@@ -583,8 +593,9 @@ def plot_roofline(results, out, made):
         warn("roofline.png skipped: no CSV rows with FLOP and byte counts in " + results)
         return
     rows = [p[4] for p in pts]
-    cp = copy_ceiling(load(results, "*.csv"))
-    gm = gemm_ceiling(results)
+    devs = {r["_device"] for r in rows}
+    cp = copy_ceiling([r for r in load(results, "*.csv") if r["_device"] in devs])
+    gm = gemm_ceiling(results, devs)
     plt = plt_module()
     fig, ax = plt.subplots(figsize=(9, 5.5))
     markers = {"softmax": "s", "attention prefill": "^", "attention decode": "v", "moe": "D",
