@@ -268,7 +268,9 @@ if want ncu; then
         --batch 8 --seq 2048 --gen 1 --iters 1 --no-graphs --format csv
     else skip "ncu attention" "minfer bench model not in this build"; fi
     if has_bench moe; then
-      ncu_case moe "$moe_re" 40 "$minfer" bench moe --warmup 0 --iters 1 --format csv
+      # the goal shape's prefill: router, permutation, the expert GEMM loop, combine, dense GEMM
+      ncu_case moe "$moe_re" 200 "$minfer" bench moe --mode prefill --routing even --hidden 4096 \
+        --warmup 1 --iters 1 --format csv
     else skip "ncu moe" "minfer bench moe not in this build"; fi
   fi
 fi
