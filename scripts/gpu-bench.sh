@@ -20,8 +20,9 @@
 #   model      minfer bench model (small, medium: batch 1,4,16,32 x seq 128; flash and
 #              classic), its per-op profile (medium, batch 8 x seq 2048, both paths)
 #   ncu        ncu --clock-control none on the softmax row-length sweep (128 .. 131072
-#              columns: short and long rows), the attention kernels of one prefill and
-#              one decode step (small model, batch 8, seq 2048), the MoE bench's kernels
+#              columns: short and long rows), the attention bench's prefill and decode
+#              kernels (or, without it, one prefill and one decode step of the Small model),
+#              one MoE layer's kernels (goal shape, prefill)
 #   peers      bench/model_peers.py --minfer BUILD (HF eager/SDPA beside minfer flash and
 #              classic; the quick subset; rows written as cases finish)
 # A benchmark or peer script that does not exist in this tree or build is skipped
@@ -262,11 +263,15 @@ if want ncu; then
       ncu_case softmax-sweep 'softmax' 30 "$minfer" bench softmax --cases sweep --variant fused \
         --warmup 0 --iters 1 --format csv
     else skip "ncu softmax" "minfer bench softmax not in this build"; fi
-    if has_bench model; then
-      # the first matches are the prefill's attention kernels, then one decode step's
+    if has_bench attention; then
+      # every goal shape once (+ one warm-up): prefill kernels, decode split + merge kernels
+      ncu_case attention "$attn_re" 150 "$minfer" bench attention --cases all --warmup 1 --iters 1 --format csv
+    elif has_bench model; then
+      # without the attention bench: the first matches are one prefill's attention kernels,
+      # then one decode step's (Small model, batch 8, seq 2048)
       ncu_case attention-prefill-decode "$attn_re" 100 "$minfer" bench model --synthetic small \
         --batch 8 --seq 2048 --gen 1 --iters 1 --no-graphs --format csv
-    else skip "ncu attention" "minfer bench model not in this build"; fi
+    else skip "ncu attention" "neither minfer bench attention nor model in this build"; fi
     if has_bench moe; then
       # the goal shape's prefill: router, permutation, the expert GEMM loop, combine, dense GEMM
       ncu_case moe "$moe_re" 200 "$minfer" bench moe --mode prefill --routing even --hidden 4096 \
