@@ -98,6 +98,7 @@ mf_status mf_cuda_graph_begin(mf_backend *be);                         // graph.
 mf_status mf_cuda_graph_end(mf_backend *be, void **graph);
 mf_status mf_cuda_graph_launch(mf_backend *be, void *graph);
 void mf_cuda_graph_free(mf_backend *be, void *graph);
+mf_status mf_cuda_argmax(mf_backend *be, const mf_argmax_args *args);   // argmax.cu
 }
 
 // ---- device helpers -------------------------------------------------------------------
