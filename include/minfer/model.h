@@ -142,7 +142,7 @@ mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t m
 
 // Profiling: while set, each forward call brackets every op it launches with
 // begin(user, op, what) and end(user, op, what): `op` is the op family
-// ("gemm", "softmax", "add_norm", "rope", "act", "copy", "embed", "add") and
+// ("gemm", "softmax", "add_norm", "rope", "act", "copy", "embed", "add", "argmax", ...) and
 // `what` its role ("qkv", "o", "up", "down", "lm_head", "scores", "kv_write",
 // ...); both static strings. The caller times them (wall clock on the CPU,
 // where ops are synchronous; CUDA events on the backend's stream). Off
