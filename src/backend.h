@@ -48,6 +48,8 @@ struct mf_backend {
     mf_status (*graph_end)(mf_backend *be, void **graph);
     mf_status (*graph_launch)(mf_backend *be, void *graph);
     void (*graph_free)(mf_backend *be, void *graph);
+
+    mf_status (*argmax)(mf_backend *be, const mf_argmax_args *args);
 };
 
 mf_status mf_backend_cpu_create(mf_backend **out);

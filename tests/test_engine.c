@@ -25,6 +25,7 @@
 #include "minfer/backend.h" // mf_fault_alloc_fail_after
 #include "minfer/generate.h"
 #include "minfer/model.h"
+#include "minfer/ops.h" // mf_argmax (the fake source's argmax path)
 #include "minfer/tokenizer.h"
 
 static int n_passed, n_failed;
@@ -525,6 +526,14 @@ typedef struct {
     int32_t batch_log[4096];
     int64_t n_log;
     bool contract_broken;
+    // poison: the poison_call-th forward (counting from 1) gets row poison_row
+    // spoiled: kind 1 logit poison_idx NaN, 2 it +inf, 3 every logit -inf
+    int64_t poison_call, poison_idx;
+    int32_t poison_row, poison_kind;
+    // forward_greedy: logits computed as forward's into lg, then mf_argmax on the CPU
+    mf_backend *cpu;
+    float *lg;          // (max_batch, vocab)
+    int64_t greedy_calls;
 } fake_model;
 
 static float hash_logit(int32_t a, int32_t b, int64_t j) {
@@ -575,8 +584,30 @@ static mf_status fake_forward(void *ctx, int32_t n_seqs, const int32_t *seq_ids,
             for (int64_t v = 0; v < f->vocab; v++) row[v] = hash_logit(a, b, v);
             if (f->eos >= 0) row[f->eos] = -6.0f;
         }
+        if (f->calls == f->poison_call && i == f->poison_row) {
+            if (f->poison_kind == 3)
+                for (int64_t v = 0; v < f->vocab; v++) row[v] = -INFINITY;
+            else
+                row[f->poison_idx] = f->poison_kind == 1 ? NAN : INFINITY;
+        }
     }
     return MF_OK;
+}
+
+// The argmax path of a source: forward's logits, reduced by the real op (CPU backend).
+static mf_status fake_forward_greedy(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                     const int64_t *offsets, int32_t *ids, float *vals) {
+    fake_model *f = ctx;
+    f->greedy_calls++;
+    mf_status st = fake_forward(ctx, n_seqs, seq_ids, tokens, offsets, f->lg);
+    if (st != MF_OK) return st;
+    mf_argmax_args a;
+    const int64_t xs[2] = {n_seqs, f->vocab}, n = n_seqs;
+    if ((st = mf_tensor_make(&a.x, f->lg, MF_DTYPE_F32, MF_DEVICE_CPU, 2, xs)) != MF_OK ||
+        (st = mf_tensor_make(&a.ids, ids, MF_DTYPE_I32, MF_DEVICE_CPU, 1, &n)) != MF_OK ||
+        (st = mf_tensor_make(&a.vals, vals, MF_DTYPE_F32, MF_DEVICE_CPU, 1, &n)) != MF_OK)
+        return st;
+    return mf_argmax(f->cpu, &a);
 }
 
 static mf_status fake_reset(void *ctx, int32_t seq) {
@@ -599,9 +630,22 @@ static void fake_init(fake_model *f, int mode, int64_t vocab, int32_t max_batch,
 }
 
 static void fake_free(fake_model *f) {
+    mf_backend_free(f->cpu);
+    free(f->lg);
     free(f->hist);
     free(f->len);
     free(f->prompt);
+}
+
+static mf_gen_source fake_source(fake_model *f, const mf_tokenizer *tok);
+
+// A fake with the argmax path too (fake_free releases what it takes).
+static mf_gen_source fake_source_greedy(fake_model *f, const mf_tokenizer *tok) {
+    mf_gen_source s = fake_source(f, tok);
+    if (!f->cpu && mf_backend_init("cpu", &f->cpu) != MF_OK) fail("cpu backend: %s", mf_last_error());
+    if (!f->lg) f->lg = malloc((size_t)(f->max_batch * f->vocab) * sizeof *f->lg);
+    s.forward_greedy = fake_forward_greedy;
+    return s;
 }
 
 static mf_gen_source fake_source(fake_model *f, const mf_tokenizer *tok) {
@@ -807,6 +851,99 @@ static void test_generate_text(const mf_tokenizer *tok) {
                   cases[c].stops[0], mf_finish_reason_str(g->finish), g->text, want);
             CHECK(o.cap.len[0] == strlen(want), "stop '%s': %zu bytes streamed", cases[c].stops[0], o.cap.len[0]);
             mf_generate_result_free(&o.r);
+        }
+    }
+}
+
+// Greedy through the source's argmax (forward_greedy) vs the host sampler:
+// the same tokens and text for greedy (temperature 0, and top_k 1 at a
+// temperature); the argmax path used exactly when the sampling is greedy
+// with no repetition penalty and host_sampling is off; a NaN / +inf logit
+// or an all -inf row refused by both paths with the same sequence, token and
+// logit index in the message.
+static void test_generate_device_greedy(const mf_tokenizer *tok) {
+    CASE("generate (fake): greedy through the source's argmax = host sampling, token for token; poisoned logits named alike") {
+        const int64_t V = mf_tokenizer_vocab_size(tok);
+        const char *prompts[3] = {"The quick brown fox", "A", "Lorem ipsum dolor sit amet"};
+        mf_prompts pr = {.n = 3, .texts = prompts};
+        const mf_sampler_params kinds[5] = {
+            {0},                                          // greedy: device
+            {.temperature = 0.7f, .top_k = 1, .seed = 3}, // top_k 1: device
+            {.repetition_penalty = 1.3f},                 // greedy with a penalty: host
+            {.temperature = 0.7f, .top_k = 5, .seed = 3}, // sampling: host
+            {.repetition_penalty = 1.0f},                 // penalty 1 is off: device
+        };
+        const bool want_device[5] = {true, true, false, false, true};
+        for (int k = 0; k < 5; k++) {
+            mf_generate_result r[2];
+            int64_t greedy_calls[2], calls[2];
+            bool ok = true;
+            for (int host = 0; host < 2; host++) {
+                fake_model f;
+                fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok));
+                mf_gen_source src = fake_source_greedy(&f, tok);
+                mf_generate_params p = mf_generate_params_default();
+                p.max_new_tokens = 25;
+                p.sampler = kinds[k];
+                p.host_sampling = host == 1;
+                mf_status st = mf_generate_source(&src, &pr, &p, &r[host]);
+                CHECK(st == MF_OK && !f.contract_broken, "kind %d host %d: %s", k, host, mf_last_error());
+                ok &= st == MF_OK;
+                greedy_calls[host] = f.greedy_calls, calls[host] = f.calls;
+                fake_free(&f);
+            }
+            if (!ok) break;
+            CHECK(greedy_calls[0] == (want_device[k] ? calls[0] : 0) && greedy_calls[1] == 0,
+                  "kind %d: %lld of %lld forward calls through the argmax (host_sampling: %lld); want %s", k,
+                  (long long)greedy_calls[0], (long long)calls[0], (long long)greedy_calls[1],
+                  want_device[k] ? "all, then none" : "none");
+            for (int i = 0; i < 3; i++) {
+                const mf_generation *a = &r[0].seqs[i], *b = &r[1].seqs[i];
+                CHECK(a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof *a->tokens) &&
+                          a->finish == b->finish && !strcmp(a->text, b->text),
+                      "kind %d sequence %d: %lld tokens through the argmax, %lld on the host, or the text differs", k, i,
+                      (long long)a->n_tokens, (long long)b->n_tokens);
+            }
+            CHECK(r[0].stats.decode_steps == r[1].stats.decode_steps && r[0].stats.decode_steps > 0,
+                  "kind %d: %lld vs %lld decode steps", k, (long long)r[0].stats.decode_steps,
+                  (long long)r[1].stats.decode_steps);
+            mf_generate_result_free(&r[0]);
+            mf_generate_result_free(&r[1]);
+        }
+        // Poisoned logits: call 1 is the prefill (token 0), call 3 the second decode step (token 2).
+        static const struct { int64_t call; int32_t row, kind; int64_t idx; } poison[4] = {
+            {3, 1, 1, 17}, {3, 2, 2, 5}, {1, 0, 3, 0}, {4, 1, 1, 0}};
+        for (int c = 0; c < 4; c++) {
+            char msg[2][512];
+            mf_status st[2];
+            for (int host = 0; host < 2; host++) {
+                fake_model f;
+                fake_init(&f, FAKE_HASH, V, 4, 64, -1);
+                f.poison_call = poison[c].call, f.poison_row = poison[c].row;
+                f.poison_kind = poison[c].kind, f.poison_idx = poison[c].idx;
+                mf_gen_source src = fake_source_greedy(&f, tok);
+                mf_generate_params p = mf_generate_params_default();
+                p.max_new_tokens = 10;
+                p.host_sampling = host == 1;
+                mf_generate_result r;
+                st[host] = mf_generate_source(&src, &pr, &p, &r);
+                snprintf(msg[host], sizeof msg[host], "%s", mf_last_error());
+                if (st[host] == MF_OK) mf_generate_result_free(&r);
+                fake_free(&f);
+            }
+            char where[96], what[64];
+            snprintf(where, sizeof where, "generate: sequence %d, token %lld: ", (int)poison[c].row,
+                     (long long)(poison[c].call - 1));
+            if (poison[c].kind == 3)
+                snprintf(what, sizeof what, "all %lld logits are -inf", (long long)V);
+            else
+                snprintf(what, sizeof what, "logit %lld is %s", (long long)poison[c].idx, poison[c].kind == 1 ? "NaN" : "");
+            for (int host = 0; host < 2; host++)
+                CHECK(st[host] == MF_ERR_INVALID_ARG && strstr(msg[host], where) && strstr(msg[host], what) &&
+                          (poison[c].kind != 2 || strstr(msg[host], "+inf")),
+                      "poison %d (%s): %s '%s', want '%s...%s'", c, host ? "host" : "argmax", mf_status_str(st[host]),
+                      msg[host], where, what);
+            n_bad_inputs += 2;
         }
     }
 }
@@ -1401,6 +1538,58 @@ static void e2e_bad(fixture_model *fm) {
     if (st == MF_OK) mf_generate_result_free(&r);
 }
 
+// Greedy through mf_session_forward_greedy (the default) = the host sampler
+// (host_sampling), token for token and in text, on the fixture's batch
+// prompts together and on its prompt alone; the session's profiler sees the
+// argmax op only on the device path.
+static int prof_argmax;
+static void prof_begin(void *u, const char *op, const char *what) {
+    (void)u, (void)what;
+    prof_argmax += !strcmp(op, "argmax");
+}
+static void prof_end(void *u, const char *op, const char *what) { (void)u, (void)op, (void)what; }
+
+static void e2e_device_greedy(fixture_model *fm) {
+    const cJSON *batch = cJSON_GetObjectItem(fm->exp, "batch");
+    const char *prompts[4];
+    int n = cJSON_GetArraySize(batch);
+    if (n > 3) n = 3;
+    prompts[0] = cJSON_GetObjectItem(fm->exp, "prompt")->valuestring;
+    for (int i = 0; i < n; i++) prompts[i + 1] = cJSON_GetObjectItem(cJSON_GetArrayItem(batch, i), "prompt")->valuestring;
+    const mf_session_profiler prof = {.begin = prof_begin, .end = prof_end};
+    for (int shape = 0; shape < 2; shape++) {
+        mf_prompts pr = {.n = shape == 0 ? 1 : n + 1, .texts = prompts};
+        mf_generate_result r[2];
+        int argmax_ops[2];
+        bool ok = true;
+        for (int host = 0; host < 2; host++) {
+            mf_generate_params p = mf_generate_params_default();
+            p.max_new_tokens = 24;
+            p.ignore_eos = true;
+            p.host_sampling = host == 1;
+            prof_argmax = 0;
+            ok &= mf_session_set_profiler(fm->sess, &prof) == MF_OK;
+            mf_status st = mf_generate(fm->sess, &pr, &p, &r[host]);
+            ok &= mf_session_set_profiler(fm->sess, NULL) == MF_OK;
+            CHECK(st == MF_OK, "%s: device greedy (host %d): %s", fm->name, host, mf_last_error());
+            ok &= st == MF_OK;
+            argmax_ops[host] = prof_argmax;
+        }
+        if (!ok) return;
+        // one argmax per forward call: the prefill and 23 decode steps
+        CHECK(argmax_ops[0] == 24 && argmax_ops[1] == 0, "%s: %d argmax ops on the device path (want 24), %d with host_sampling",
+              fm->name, argmax_ops[0], argmax_ops[1]);
+        for (int i = 0; i < pr.n; i++) {
+            const mf_generation *a = &r[0].seqs[i], *b = &r[1].seqs[i];
+            CHECK(a->n_tokens == 24 && a->n_tokens == b->n_tokens &&
+                      !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof *a->tokens) && !strcmp(a->text, b->text),
+                  "%s: batch of %d, sequence %d: device greedy != host greedy", fm->name, pr.n, i);
+        }
+        mf_generate_result_free(&r[0]);
+        mf_generate_result_free(&r[1]);
+    }
+}
+
 // Many calls in one process: under ASan/valgrind this is the leak check.
 static void e2e_many(fixture_model *fm, int calls) {
     const char *prompt = cJSON_GetObjectItem(fm->exp, "prompt")->valuestring;
@@ -1426,7 +1615,7 @@ static void test_e2e(const char *name, int calls) {
     static char titles[8][160]; // case names must outlive the case
     static int n_titles;
     char *title = titles[n_titles++ % 8];
-    snprintf(title, sizeof titles[0], "generate (%s, cpu): greedy = HF ids and text, stop strings, batches, bad inputs, %d calls", name, calls);
+    snprintf(title, sizeof titles[0], "generate (%s, cpu): greedy = HF ids and text, stop strings, batches, bad inputs, device greedy = host, %d calls", name, calls);
     CASE(title) {
         fixture_model fm;
         if (fixture_open(name, &fm)) {
@@ -1437,6 +1626,7 @@ static void test_e2e(const char *name, int calls) {
                 e2e_stop(&fm);
                 e2e_batch(&fm);
                 e2e_bad(&fm);
+                e2e_device_greedy(&fm);
                 e2e_many(&fm, calls);
             }
         }
@@ -1470,6 +1660,7 @@ int main(int argc, char **argv) {
     } else {
         test_generate_text(gpt2);
         test_generate_batch(gpt2);
+        test_generate_device_greedy(gpt2);
         test_generate_bad(gpt2);
         test_generate_oom(gpt2);
         test_generate_many(gpt2);

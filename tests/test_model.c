@@ -1273,6 +1273,107 @@ out:
     fixture_close(&f);
 }
 
+// ---- greedy on the device (mf_session_forward_greedy) ------------------------------------------------
+// Two sessions fed the same tokens: one returns logits (argmax taken here),
+// the other only ids and max values. Ids must be equal and values equal bit
+// for bit (the same LM-head GEMM feeds both): a prefill of 3 prompts of
+// different lengths in scattered slots, decode steps at batch 3, then 2
+// (one sequence drops out), one step of the greedy session asking for logits
+// in between (graphs: the cache keys on the output kind), vals NULL on one
+// step, and bad inputs named.
+static void greedy_sessions(const char *name, mf_model *m, const fixture *f, bool graphs) {
+    const int64_t V = m->spec.vocab, NP = f->n_prompt < 10 ? f->n_prompt : 10;
+    mf_session *sa = NULL, *sb = NULL;
+    float *lg = malloc((size_t)(8 * V) * sizeof *lg), vals[4]; // rows [0, 4): sa's; [4, 8): sb's
+    int32_t ids[4], *tok = malloc((size_t)(3 * NP) * sizeof *tok);
+    if (!check_ok(name, mf_session_create(m, 4, 64, &sa)) || !check_ok(name, mf_session_create(m, 4, 64, &sb))) goto out;
+    int32_t slots[3] = {2, 0, 3}, cur[3];
+    int64_t off[4] = {0}, o1[4] = {0, 1, 2, 3};
+    for (int32_t i = 0; i < 3; i++) {
+        const int64_t n = NP - 2 * i > 0 ? NP - 2 * i : 1; // 10, 8, 6 tokens
+        for (int64_t t = 0; t < n; t++) tok[off[i] + t] = f->prompt[(t + 3 * i) % f->n_prompt];
+        off[i + 1] = off[i] + n;
+    }
+    bool ok = check_ok(name, mf_session_forward(sa, 3, slots, tok, off, MF_LOGITS_LAST, lg)) &&
+              check_ok(name, mf_session_forward_greedy(sb, 3, slots, tok, off, ids, vals));
+    int32_t nb = 3;
+    int64_t steps = 0, same = 0, graph_steps = 0;
+    for (int k = 0; ok && k < 12; k++) {
+        for (int32_t i = 0; i < nb; i++) {
+            const int32_t want = argmax(lg + i * V, V);
+            same += ids[i] == want && memcmp(&vals[i], &lg[i * V + want], sizeof(float)) == 0;
+            cur[i] = want;
+        }
+        steps += nb;
+        if (k == 6) nb = 2; // the last sequence drops out
+        mf_session_stats st;
+        ok = check_ok(name, mf_session_forward(sa, nb, slots, cur, o1, MF_LOGITS_LAST, lg));
+        if (ok && k == 3) { // the greedy session asks for logits once: its argmax is taken here
+            ok = check_ok(name, mf_session_forward(sb, nb, slots, cur, o1, MF_LOGITS_LAST, lg + 4 * V));
+            for (int32_t i = 0; ok && i < nb; i++) ids[i] = argmax(lg + (4 + i) * V, V), vals[i] = lg[(4 + i) * V + ids[i]];
+        } else if (ok && k == 8) { // vals NULL: ids only
+            ok = check_ok(name, mf_session_forward_greedy(sb, nb, slots, cur, o1, ids, NULL));
+            for (int32_t i = 0; ok && i < nb; i++) vals[i] = lg[i * V + ids[i]];
+        } else if (ok) {
+            ok = check_ok(name, mf_session_forward_greedy(sb, nb, slots, cur, o1, ids, vals));
+        }
+        if (ok && check_ok(name, mf_session_get_stats(sb, &st))) graph_steps += st.graph;
+    }
+    if (!ok) goto out;
+    mf_session_stats st;
+    check_ok(name, mf_session_get_stats(sb, &st));
+    // graphs: greedy at 3, logits at 3, greedy at 2 (every decode step of sb replays one)
+    const int64_t want_rec = graphs ? 3 : 0, want_graph_steps = graphs ? 12 : 0;
+    report(same == steps && st.graphs_recorded == want_rec && graph_steps == want_graph_steps, name,
+           "%lld of %lld greedy ids (and max values) equal to the argmax of the logits; %lld graphs recorded (want "
+           "%lld), %lld of 12 decode steps replayed (want %lld)",
+           (long long)same, (long long)steps, (long long)st.graphs_recorded, (long long)want_rec,
+           (long long)graph_steps, (long long)want_graph_steps);
+    expect_err(name, mf_session_forward_greedy(sb, 1, slots, cur, o1, NULL, vals), MF_ERR_INVALID_ARG,
+               "session_forward_greedy: ids is NULL", NULL);
+    expect_err(name, mf_session_forward_greedy(sb, 0, slots, cur, o1, ids, vals), MF_ERR_INVALID_ARG,
+               "session_forward_greedy: n_seqs 0", NULL);
+    cur[0] = (int32_t)V;
+    expect_err(name, mf_session_forward_greedy(sb, 1, slots, cur, o1, ids, vals), MF_ERR_INVALID_ARG,
+               "outside [0, vocab", NULL);
+    expect_err(name, mf_session_forward_greedy(NULL, 1, slots, cur, o1, ids, vals), MF_ERR_INVALID_ARG,
+               "session is NULL", NULL);
+out:
+    mf_session_free(sa);
+    mf_session_free(sb);
+    free(lg);
+    free(tok);
+}
+
+static void test_greedy_cpu(mf_backend *cpu, const char *fx) {
+    char name[128];
+    snprintf(name, sizeof name, "greedy on the device(%s, cpu)", fx);
+    fixture f;
+    mf_model *m = NULL;
+    if (fixture_open(fx, &f) && check_ok(name, mf_model_load(f.dir, cpu, NULL, &m))) greedy_sessions(name, m, &f, false);
+    mf_model_free(m);
+    fixture_close(&f);
+}
+
+static void test_greedy_cuda(const char *fx, const char *attn) {
+    char name[160];
+    snprintf(name, sizeof name, "greedy on the device(%s, cuda bf16, attn=%s)", fx, attn);
+    if (!mf_cuda_available()) {
+        skip(name, "no CUDA device");
+        return;
+    }
+    fixture f;
+    mf_backend *be = NULL;
+    mf_model *m = NULL;
+    mf_model_opts o = {.dtype = MF_DTYPE_BF16, .attn = attn};
+    if (fixture_open(fx, &f) && check_ok(name, mf_backend_init("cuda", &be)) &&
+        check_ok(name, mf_model_load(f.dir, be, &o, &m)))
+        greedy_sessions(name, m, &f, !strcmp(attn, "flash"));
+    mf_model_free(m);
+    mf_backend_free(be);
+    fixture_close(&f);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_model FIXTURES_DIR (tests/fixtures/models)\n");
@@ -1307,10 +1408,15 @@ int main(int argc, char **argv) {
     test_faults(cpu, "gpt2-tiny");
     test_faults(cpu, "llama-tiny-bf16");
     test_cycles(cpu);
+    test_greedy_cpu(cpu, "gpt2-tiny");
+    test_greedy_cpu(cpu, "llama-tiny");
+    test_greedy_cpu(cpu, "llama3-tiny");
     for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);
         test_cuda_graphs("llama-tiny", attns[a]);
+        test_greedy_cuda("gpt2-tiny", attns[a]);
+        test_greedy_cuda("llama-tiny", attns[a]);
     }
 
     mf_backend_free(cpu);

@@ -202,6 +202,10 @@ static mf_args_result model_opt(int argc, char **argv, int *i, mf_model_args *o,
         o->no_graphs = true, *taken = true;
         return MF_ARGS_OK;
     }
+    if (!strcmp(a, "--host-argmax")) {
+        o->host_argmax = true, *taken = true;
+        return MF_ARGS_OK;
+    }
     *taken = one_of(a, names);
     if (!*taken) return MF_ARGS_OK;
     if (*i + 1 >= argc) return bad(err, "%s needs a value", a);

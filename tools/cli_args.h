@@ -55,6 +55,7 @@ typedef struct {
     uint64_t seed;         // --seed for synthetic weights, [0, 2^64)
     const char *attn;      // --attn (NULL: flash; the library checks the name)
     bool no_graphs;        // --no-graphs: decode steps launch their ops (no CUDA Graphs)
+    bool host_argmax;      // --host-argmax: bench model's greedy steps take the logits to the host
 } mf_model_args;
 
 // minfer score -m DIR (-p TEXT | --tokens 1,2,3) [options]

@@ -485,6 +485,8 @@ static void bench_help(FILE *f) {
             "  --attn A             attention: flash (mf_attention over the KV cache; default) or classic\n"
             "                       (QK^T GEMM, softmax, PV GEMM: the reference and the \"before\")\n"
             "  --no-graphs          decode steps launch their ops (default on CUDA: one CUDA Graph per step)\n"
+            "  --host-argmax        greedy tokens from logits copied to the host (default: the argmax runs on\n"
+            "                       the device, mf_session_forward_greedy; column argmax says which)\n"
             "  Decode columns: dec_ops = ops per step (a graph counts the ops it recorded), dec_launches =\n"
             "  host-side launches per step (1 with a graph), dec_host_us = host time per step until all is queued.\n"
             "  --seed N             seed of the synthetic weights (default 1)\n"
@@ -500,6 +502,8 @@ typedef struct {
     int32_t *slots, *cur;  // (B)
     int64_t *off1;         // (B + 1): 0, 1, 2, ...
     float *logits;         // (B, vocab)
+    float *vals;           // (B) max logits (device argmax)
+    bool host_argmax;      // logits to the host and argmax there (else mf_session_forward_greedy)
     int32_t vocab;
     int64_t dec_ops, dec_launches; // the last decode step's ops (a graph: those it recorded) and host launches
     double dec_host_us;    // the last decode step's host time until all was queued
@@ -518,6 +522,11 @@ static int32_t argmax_row(const float *x, int32_t n) {
 static mf_status run_prefill(bench_run *r, double *fwd, double *ttft) {
     mf_status st = mf_session_reset(r->s, -1);
     const double t0 = now_s();
+    if (st == MF_OK && !r->host_argmax) {
+        st = mf_session_forward_greedy(r->s, r->B, r->slots, r->prompt, r->off, r->cur, r->vals);
+        *fwd = *ttft = now_s() - t0;
+        return st;
+    }
     if (st == MF_OK) st = mf_session_forward(r->s, r->B, r->slots, r->prompt, r->off, MF_LOGITS_LAST, r->logits);
     *fwd = now_s() - t0;
     for (int32_t i = 0; st == MF_OK && i < r->B; i++) r->cur[i] = argmax_row(r->logits + (int64_t)i * r->vocab, r->vocab);
@@ -527,8 +536,13 @@ static mf_status run_prefill(bench_run *r, double *fwd, double *ttft) {
 
 static mf_status run_decode_step(bench_run *r, double *secs) {
     const double t0 = now_s();
-    mf_status st = mf_session_forward(r->s, r->B, r->slots, r->cur, r->off1, MF_LOGITS_LAST, r->logits);
-    for (int32_t i = 0; st == MF_OK && i < r->B; i++) r->cur[i] = argmax_row(r->logits + (int64_t)i * r->vocab, r->vocab);
+    mf_status st;
+    if (r->host_argmax) {
+        st = mf_session_forward(r->s, r->B, r->slots, r->cur, r->off1, MF_LOGITS_LAST, r->logits);
+        for (int32_t i = 0; st == MF_OK && i < r->B; i++) r->cur[i] = argmax_row(r->logits + (int64_t)i * r->vocab, r->vocab);
+    } else { // the ids come back into cur once the step's tokens have been read
+        st = mf_session_forward_greedy(r->s, r->B, r->slots, r->cur, r->off1, r->cur, r->vals);
+    }
     *secs = now_s() - t0;
     mf_session_stats ss;
     if (st == MF_OK && mf_session_get_stats(r->s, &ss) == MF_OK)
@@ -609,7 +623,7 @@ int mf_bench_model_main(int argc, char **argv) {
 
     static const char *const cols[] = {"model", "backend", "dtype", "attn", "batch", "seq", "fwd_ms", "prefill_tok/s",
                                        "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s", "%roof", "dec_ops",
-                                       "dec_launches", "dec_host_us", "graphs", "mem_MB", "rss_MB",
+                                       "dec_launches", "dec_host_us", "graphs", "argmax", "mem_MB", "rss_MB",
                                        "copy_GB/s", "device", "date"};
     enum { NC = sizeof cols / sizeof cols[0] };
     tab = mf_bench_table_new(NC, cols);
@@ -632,7 +646,7 @@ int mf_bench_model_main(int argc, char **argv) {
         for (int si = 0; si < ns; si++) {
             const int32_t B = (int32_t)batches[bi];
             const int64_t S = seqs[si];
-            bench_run r = {.B = B, .S = S, .vocab = in.vocab};
+            bench_run r = {.B = B, .S = S, .vocab = in.vocab, .host_argmax = mo.host_argmax};
             int32_t *prompt = malloc((size_t)(B * S) * sizeof *prompt);
             r.prompt = prompt;
             r.off = malloc((size_t)(B + 1) * sizeof *r.off);
@@ -640,10 +654,11 @@ int mf_bench_model_main(int argc, char **argv) {
             r.slots = malloc((size_t)B * sizeof *r.slots);
             r.cur = malloc((size_t)B * sizeof *r.cur);
             r.logits = malloc((size_t)B * (size_t)in.vocab * sizeof *r.logits);
+            r.vals = malloc((size_t)B * sizeof *r.vals);
             double *ps = calloc((size_t)iters, sizeof *ps), *ts = calloc((size_t)iters, sizeof *ts);
             double *ds = calloc((size_t)(iters * gen), sizeof *ds), *dh = calloc((size_t)(iters * gen), sizeof *dh);
             mf_status st = MF_OK;
-            if (!prompt || !r.off || !r.off1 || !r.slots || !r.cur || !r.logits || !ps || !ts || !ds || !dh)
+            if (!prompt || !r.off || !r.off1 || !r.slots || !r.cur || !r.logits || !r.vals || !ps || !ts || !ds || !dh)
                 st = MF_ERR_OOM, fprintf(stderr, "minfer: bench model: batch %d seq %lld: out of host memory\n", B,
                                          (long long)S);
             if (st == MF_OK) {
@@ -710,17 +725,18 @@ int mf_bench_model_main(int argc, char **argv) {
                 snprintf(c[14], 256, "%lld", (long long)r.dec_launches);
                 snprintf(c[15], 256, "%.1f", median(dh, iters * gen));
                 snprintf(c[16], 256, "%s", r.dec_graph ? "on" : "off");
-                snprintf(c[17], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
-                snprintf(c[18], 256, "%.1f", cuda ? NAN : peak_rss_mb());
-                snprintf(c[19], 256, "%.1f", copy_gbps);
-                snprintf(c[20], 256, "%s", device);
-                snprintf(c[21], 256, "%s", date);
+                snprintf(c[17], 256, "%s", r.host_argmax ? "host" : "device");
+                snprintf(c[18], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
+                snprintf(c[19], 256, "%.1f", cuda ? NAN : peak_rss_mb());
+                snprintf(c[20], 256, "%.1f", copy_gbps);
+                snprintf(c[21], 256, "%s", device);
+                snprintf(c[22], 256, "%s", date);
                 mf_bench_table_add(tab, cells);
                 fprintf(stderr, "minfer: bench model: batch %d seq %lld: prefill %.2f ms, decode %.2f ms/step\n", B,
                         (long long)S, 1e3 * fwd, 1e3 * dec);
             }
             mf_session_free(r.s);
-            free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(ps), free(ts), free(ds), free(dh);
+            free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(r.vals), free(ps), free(ts), free(ds), free(dh);
         }
     }
     mf_bench_table_print(tab, fmt, stdout);

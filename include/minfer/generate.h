@@ -107,6 +107,11 @@ typedef struct {
     mf_bos_mode bos;            // text prompts only
     mf_stream_fn on_text;       // NULL: no streaming
     void *user;                 // passed to on_text
+    bool host_sampling;         // false (default): greedy sampling (temperature 0 or top_k 1)
+                                // without a repetition penalty takes each step's argmax on the
+                                // device (mf_session_forward_greedy: B ids and values cross to
+                                // the host instead of B x vocab logits); true: always copy the
+                                // logits and sample on the host. Same tokens either way.
 } mf_generate_params;
 
 // max_new_tokens 128, greedy, stop at EOS, BOS as the tokenizer does.

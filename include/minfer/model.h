@@ -98,6 +98,19 @@ typedef enum {
 mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                              const int64_t *offsets, mf_logits_mode mode, float *logits);
 
+// Greedy decoding with the logits kept on the device: as mf_session_forward
+// in MF_LOGITS_LAST mode, but the LM head's logits stay where they are
+// computed and only each sequence's argmax comes back: ids[i] (n_seqs, host)
+// = the lowest index of sequence i's largest logit, vals[i] (n_seqs, host, or
+// NULL: not written) = that logit. A NaN or +inf logit gives vals[i] = NaN
+// and ids[i] = the index of the first one; all logits -inf gives ids[i] = -1
+// and vals[i] = -inf (the caller decides how to report them; the engine
+// fails as the sampler does). Arguments are checked as mf_session_forward's;
+// ids NULL is MF_ERR_INVALID_ARG. Decode steps are recorded and replayed as
+// graphs as mf_session_forward's are (one graph per batch size and output).
+mf_status mf_session_forward_greedy(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                    const int64_t *offsets, int32_t *ids, float *vals);
+
 // Graphs: on a backend that records them (CUDA Graphs), a decode step (one
 // new token for each of n_seqs sequences) is recorded once per n_seqs and
 // replayed for every later step of that size, so a step costs one launch
@@ -136,7 +149,7 @@ mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t m
 
 // Profiling: while set, each forward call brackets every op it launches with
 // begin(user, op, what) and end(user, op, what): `op` is the op family
-// ("gemm", "softmax", "add_norm", "rope", "act", "copy", "embed", "add") and
+// ("gemm", "softmax", "add_norm", "rope", "act", "copy", "embed", "add", "argmax", ...) and
 // `what` its role ("qkv", "o", "up", "down", "lm_head", "scores", "kv_write",
 // ...); both static strings. The caller times them (wall clock on the CPU,
 // where ops are synchronous; CUDA events on the backend's stream). Off

@@ -262,6 +262,26 @@ typedef struct {
 
 mf_status mf_kv_write(mf_backend *be, const mf_kv_write_args *args);
 
+// ---------------------------------------------------------------------------
+// Argmax per row (greedy decoding on the device: only B ids and B values
+// cross to the host instead of B x vocab logits):
+//   ids[r]  = the lowest index of row r's maximum (ties go to the lowest id,
+//             as the sampler's greedy rule does); vals[r] = that maximum
+//             (as f32; a -0.0 maximum comes back as +0.0, equal to it)
+//   A row holding NaN or +inf: vals[r] = NaN, ids[r] = the index of the first
+//   such value (so that the host can name it). A row of all -inf: ids[r] = -1,
+//   vals[r] = -inf.
+//   x: (rows, n) f32/f16/bf16, stride[1] == 1, row stride free; 1 <= n < 2^31.
+//   ids: (rows) i32, contiguous; vals: (rows) f32, contiguous; on the
+//   backend's device; neither overlaps x or the other.
+typedef struct {
+    mf_tensor x;
+    mf_tensor ids;
+    mf_tensor vals;
+} mf_argmax_args;
+
+mf_status mf_argmax(mf_backend *be, const mf_argmax_args *args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,6 +66,7 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     be->rope = mf_cpu_rope;
     be->act = mf_cpu_act;
     be->copy_tensor = mf_cpu_copy;
+    be->argmax = mf_cpu_argmax;
     *out = be;
     return MF_OK;
 }

@@ -251,6 +251,7 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->graph_end = mf_cuda_graph_end;
     be->graph_launch = mf_cuda_graph_launch;
     be->graph_free = mf_cuda_graph_free;
+    be->argmax = mf_cuda_argmax;
     *out = be;
     return MF_OK;
 }

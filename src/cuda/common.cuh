@@ -105,6 +105,7 @@ mf_status mf_cuda_graph_launch(mf_backend *be, void *graph);
 void mf_cuda_graph_free(mf_backend *be, void *graph);
 void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
 void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
+mf_status mf_cuda_argmax(mf_backend *be, const mf_argmax_args *args);   // argmax.cu
 }
 
 // ---- device helpers -------------------------------------------------------------------

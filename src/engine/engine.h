@@ -12,6 +12,13 @@ typedef struct {
     // tokens[offsets[i] .. offsets[i+1]) to slot seq_ids[i]; logits: (n_seqs, vocab).
     mf_status (*forward)(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                          const int64_t *offsets, float *logits);
+    // Optional (NULL: none): as forward, but only each sequence's argmax comes
+    // back, as mf_session_forward_greedy gives it: ids (n_seqs) the lowest
+    // index of the largest logit (that of the first NaN / +inf when there is
+    // one, then vals[i] is NaN; -1 when all are -inf), vals (n_seqs) that logit.
+    // Used for greedy sampling without a repetition penalty.
+    mf_status (*forward_greedy)(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                const int64_t *offsets, int32_t *ids, float *vals);
     mf_status (*reset)(void *ctx, int32_t seq); // empties one slot
     int64_t vocab;           // logits per token (the model's vocabulary, maybe padded)
     int32_t max_batch;       // slots

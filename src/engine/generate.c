@@ -7,6 +7,7 @@
 // has gone to the callback. The rest is held back because it could be the
 // start of a stop string; invariant: no stop string starts before `emitted`,
 // so a match is only looked for from there.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,9 @@ typedef struct {
     gen_seq *seqs;          // (n)
     size_t *stop_len;       // (n_stop)
     mf_sampler *sampler;    // scratch shared by the sequences; each draws with its own rng
-    float *logits;          // (n, vocab)
+    float *logits;          // (n, vocab); NULL when the argmax comes from the source (device greedy)
+    int32_t *am_ids;        // (n) a greedy step's argmax ids (device greedy)
+    float *am_vals;         // (n) and their logits
     int32_t *step_ids;      // (n) a step's rows: sequence i runs in session slot i
     int32_t *step_tokens;   // (max(n, prompt tokens)) a step's input ids
     int64_t *offsets;       // (n + 1)
@@ -86,6 +89,8 @@ static void state_free(gen_state *g) {
     free(g->stop_len);
     mf_sampler_free(g->sampler);
     free(g->logits);
+    free(g->am_ids);
+    free(g->am_vals);
     free(g->step_ids);
     free(g->step_tokens);
     free(g->offsets);
@@ -206,17 +211,10 @@ static mf_status finish_seq(gen_state *g, int32_t i, mf_finish_reason why) {
     return MF_OK;
 }
 
-// A new token for sequence i, drawn from `logits` (vocab).
-static mf_status take_token(gen_state *g, int32_t i, const float *logits) {
+// Token `id` joins sequence i: the stop rules and the stream see it.
+static mf_status accept_token(gen_state *g, int32_t i, int32_t id) {
     gen_seq *q = &g->seqs[i];
     const mf_generate_params *p = g->p;
-    int32_t id;
-    mf_status st = mf_sampler_sample_rng(g->sampler, &q->rng, logits, q->ctx, q->n_prompt + q->n_gen, &id);
-    if (st != MF_OK) {
-        char where[64];
-        snprintf(where, sizeof where, "generate: sequence %d, token %lld: ", (int)i, (long long)q->n_gen);
-        return fail_prefixed(st, where);
-    }
     q->ctx[q->n_prompt + q->n_gen++] = id;
     if (!p->ignore_eos)
         for (int32_t e = 0; e < g->src->n_eos; e++)
@@ -230,6 +228,65 @@ static mf_status take_token(gen_state *g, int32_t i, const float *logits) {
         if (q->finish != MF_FINISH_NONE) return MF_OK;
     }
     if (q->n_gen == q->max_gen) return finish_seq(g, i, MF_FINISH_LENGTH);
+    return MF_OK;
+}
+
+// A new token for sequence i, drawn from `logits` (vocab).
+static mf_status take_token(gen_state *g, int32_t i, const float *logits) {
+    gen_seq *q = &g->seqs[i];
+    int32_t id;
+    mf_status st = mf_sampler_sample_rng(g->sampler, &q->rng, logits, q->ctx, q->n_prompt + q->n_gen, &id);
+    if (st != MF_OK) {
+        char where[64];
+        snprintf(where, sizeof where, "generate: sequence %d, token %lld: ", (int)i, (long long)q->n_gen);
+        return fail_prefixed(st, where);
+    }
+    return accept_token(g, i, id);
+}
+
+// A new token for sequence i from the argmax the source computed (id, and
+// the logit there), refused as the sampler refuses its logits: a NaN / +inf
+// logit (named by index) or all logits -inf.
+static mf_status take_greedy(gen_state *g, int32_t i, int32_t id, float val) {
+    const gen_seq *q = &g->seqs[i];
+    if (id < 0 || id >= g->src->vocab || isnan(val) || val == INFINITY) {
+        if (id == -1)
+            return mf_fail(MF_ERR_INVALID_ARG, "generate: sequence %d, token %lld: sampler_sample: all %lld logits are -inf",
+                           (int)i, (long long)q->n_gen, (long long)g->src->vocab);
+        if (id >= 0 && id < g->src->vocab)
+            return mf_fail(MF_ERR_INVALID_ARG,
+                           "generate: sequence %d, token %lld: sampler_sample: logit %lld is NaN or +inf (argmax on the "
+                           "device)",
+                           (int)i, (long long)q->n_gen, (long long)id);
+        return mf_fail(MF_ERR_INVALID_ARG, "generate: sequence %d, token %lld: the device argmax returned id %d, not in [0, %lld)",
+                       (int)i, (long long)q->n_gen, (int)id, (long long)g->src->vocab);
+    }
+    return accept_token(g, i, id);
+}
+
+// Greedy sampling whose answer an argmax on the source can give: the
+// sampler's greedy rule with no repetition penalty changing logits first.
+static bool device_greedy(const mf_gen_source *src, const mf_generate_params *p) {
+    const mf_sampler_params *sp = &p->sampler;
+    const bool greedy = sp->temperature == 0.0f || sp->top_k == 1;
+    const bool penalty = sp->repetition_penalty != 0.0f && sp->repetition_penalty != 1.0f;
+    return src->forward_greedy && !p->host_sampling && greedy && !penalty;
+}
+
+// One forward call of the loop over rows [0, n_seqs) of the step arrays:
+// logits, or (device greedy, no logits buffer) each row's argmax.
+static mf_status step_forward(gen_state *g, int32_t n_seqs) {
+    const mf_gen_source *src = g->src;
+    if (!g->logits)
+        return src->forward_greedy(src->ctx, n_seqs, g->step_ids, g->step_tokens, g->offsets, g->am_ids, g->am_vals);
+    return src->forward(src->ctx, n_seqs, g->step_ids, g->step_tokens, g->offsets, g->logits);
+}
+
+// Each row's new token goes to sequence step_ids[row].
+static mf_status step_take(gen_state *g, int32_t n_seqs) {
+    for (int32_t j = 0; j < n_seqs; j++)
+        MF_TRY(g->logits ? take_token(g, g->step_ids[j], g->logits + (size_t)j * (size_t)g->src->vocab)
+                         : take_greedy(g, g->step_ids[j], g->am_ids[j], g->am_vals[j]));
     return MF_OK;
 }
 
@@ -311,11 +368,17 @@ static mf_status setup(gen_state *g, const mf_prompts *pr) {
 
     // Step buffers: the prefill's concatenated prompts are the biggest input.
     int64_t max_tokens = total > n ? total : n;
-    g->logits = mf_malloc((size_t)n * (size_t)src->vocab * sizeof *g->logits);
+    // Device greedy: no logits buffer (the loop tells the two paths apart by it).
+    if (device_greedy(src, p)) {
+        g->am_ids = mf_malloc((size_t)n * sizeof *g->am_ids);
+        g->am_vals = mf_malloc((size_t)n * sizeof *g->am_vals);
+    } else {
+        g->logits = mf_malloc((size_t)n * (size_t)src->vocab * sizeof *g->logits);
+    }
     g->step_ids = mf_malloc((size_t)n * sizeof *g->step_ids);
     g->step_tokens = mf_malloc((size_t)max_tokens * sizeof *g->step_tokens);
     g->offsets = mf_malloc((size_t)(n + 1) * sizeof *g->offsets);
-    if (!g->logits || !g->step_ids || !g->step_tokens || !g->offsets)
+    if ((!g->logits && !(g->am_ids && g->am_vals)) || !g->step_ids || !g->step_tokens || !g->offsets)
         return mf_fail(MF_ERR_OOM, "generate: out of memory for the step buffers (%d sequences, vocab %lld)", (int)n,
                        (long long)src->vocab);
     return mf_sampler_create(&p->sampler, src->vocab, &g->sampler);
@@ -325,7 +388,6 @@ static mf_status setup(gen_state *g, const mf_prompts *pr) {
 
 static mf_status run(gen_state *g, mf_generate_stats *stats, double t0) {
     const mf_gen_source *src = g->src;
-    const int64_t V = src->vocab;
     const int32_t n = g->n;
     for (int32_t i = 0; i < n; i++) MF_TRY(src->reset(src->ctx, i));
     for (int32_t i = 0; i < n; i++) stats->prompt_tokens += g->seqs[i].n_prompt;
@@ -343,9 +405,9 @@ static mf_status run(gen_state *g, mf_generate_stats *stats, double t0) {
         g->offsets[i + 1] = g->offsets[i] + q->n_prompt;
     }
     double t = now_s();
-    MF_TRY(src->forward(src->ctx, n, g->step_ids, g->step_tokens, g->offsets, g->logits));
+    MF_TRY(step_forward(g, n));
     stats->prefill_s = now_s() - t;
-    for (int32_t i = 0; i < n; i++) MF_TRY(take_token(g, i, g->logits + (size_t)i * (size_t)V));
+    MF_TRY(step_take(g, n));
     double t_first = now_s();
     stats->ttft_s = t_first - t0;
 
@@ -361,10 +423,10 @@ static mf_status run(gen_state *g, mf_generate_stats *stats, double t0) {
                 m++;
             }
         if (m == 0) break;
-        MF_TRY(src->forward(src->ctx, m, g->step_ids, g->step_tokens, g->offsets, g->logits));
+        MF_TRY(step_forward(g, m));
         stats->decode_steps++;
         stats->decode_tokens += m;
-        for (int32_t j = 0; j < m; j++) MF_TRY(take_token(g, g->step_ids[j], g->logits + (size_t)j * (size_t)V));
+        MF_TRY(step_take(g, m));
     }
     stats->decode_s = now_s() - t_first;
     return MF_OK;
@@ -443,6 +505,11 @@ static mf_status session_forward(void *ctx, int32_t n_seqs, const int32_t *seq_i
     return mf_session_forward(ctx, n_seqs, seq_ids, tokens, offsets, MF_LOGITS_LAST, logits);
 }
 
+static mf_status session_forward_greedy(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                        const int64_t *offsets, int32_t *ids, float *vals) {
+    return mf_session_forward_greedy(ctx, n_seqs, seq_ids, tokens, offsets, ids, vals);
+}
+
 static mf_status session_reset(void *ctx, int32_t seq) { return mf_session_reset(ctx, seq); }
 
 mf_status mf_generate_encode_prompt(const mf_tokenizer *tok, const char *text, mf_bos_mode bos, int32_t index,
@@ -474,6 +541,7 @@ mf_status mf_generate(mf_session *s, const mf_prompts *prompts, const mf_generat
     mf_gen_source src = {
         .ctx = s,
         .forward = session_forward,
+        .forward_greedy = session_forward_greedy,
         .reset = session_reset,
         .vocab = info.vocab,
         .max_batch = mf_session_max_batch(s),

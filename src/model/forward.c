@@ -55,7 +55,7 @@ mf_status mf_fw_op(mf_session *s, mf_fw_kind op, const char *what, const void *a
     static const char *const names[] = {
         [MF_FW_GEMM] = "gemm",       [MF_FW_NORM] = "add_norm",     [MF_FW_EMBED] = "embed", [MF_FW_ADD] = "add",
         [MF_FW_SOFTMAX] = "softmax", [MF_FW_ACT] = "act",           [MF_FW_COPY] = "copy",
-        [MF_FW_KV_WRITE] = "kv_write", [MF_FW_ATTENTION] = "attention",
+        [MF_FW_KV_WRITE] = "kv_write", [MF_FW_ATTENTION] = "attention", [MF_FW_ARGMAX] = "argmax",
     };
     mf_prof_begin(s, names[op], what);
     mf_status st = MF_ERR_INVALID_ARG;
@@ -69,6 +69,7 @@ mf_status mf_fw_op(mf_session *s, mf_fw_kind op, const char *what, const void *a
     case MF_FW_COPY: st = mf_copy(s->be, args); break;
     case MF_FW_KV_WRITE: st = mf_kv_write(s->be, args); break;
     case MF_FW_ATTENTION: st = mf_attention(s->be, args); break;
+    case MF_FW_ARGMAX: st = mf_argmax(s->be, args); break;
     }
     mf_prof_end(s, names[op], what);
     return st;
@@ -233,6 +234,13 @@ mf_status mf_forward_lm_head_gemm(mf_session *s, const mf_tensor *x) {
     mf_gemm_args g = {.a = *x, .b = w->lm_head.w, .c = rows_of(&s->logits, 0, x->shape[0]),
                       .bias = opt(&w->lm_head.bias), .alpha = 1.0f, .beta = 0.0f};
     return mf_fw_op(s, MF_FW_GEMM, "lm_head", &g);
+}
+
+mf_status mf_forward_lm_head_argmax(mf_session *s, int64_t k) {
+    mf_argmax_args a = {.x = rows_of(&s->logits, 0, k), .ids = s->argmax_out, .vals = s->argmax_out};
+    a.ids.shape[0] = k;
+    a.vals.shape[0] = k, a.vals.dtype = MF_DTYPE_F32, a.vals.data = (int32_t *)s->argmax_out.data + k;
+    return mf_fw_op(s, MF_FW_ARGMAX, "greedy", &a);
 }
 
 mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {

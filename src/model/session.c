@@ -101,6 +101,7 @@ static mf_status carve(mf_session *s, const mf_model *m, const mf_session_dims *
     MF_TRY(take(c, &s->rows, MF_DTYPE_I32, R, 0));
     MF_TRY(take(c, &s->gathered, dt, R, sp->hidden));
     MF_TRY(take(c, &s->logits, MF_DTYPE_F32, d->logit_rows, sp->vocab));
+    MF_TRY(take(c, &s->argmax_out, MF_DTYPE_I32, 2 * R, 0));
     return MF_OK;
 }
 
@@ -215,8 +216,9 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
     s->seen = mf_calloc((size_t)max_batch, 1);
     s->h_step = mf_malloc((size_t)(3 * T + 3 * R + 1) * sizeof *s->h_step);
     s->h_rows = mf_malloc((size_t)R * sizeof *s->h_rows);
+    s->h_argmax = mf_malloc((size_t)(2 * R) * sizeof *s->h_argmax);
     s->segs = mf_malloc((size_t)R * sizeof *s->segs);
-    if (!s->len || !s->seen || !s->h_step || !s->h_rows || !s->segs)
+    if (!s->len || !s->seen || !s->h_step || !s->h_rows || !s->h_argmax || !s->segs)
         st = mf_fail(MF_ERR_OOM, "%s: out of host memory for %d slots", fn, max_batch);
 
     if (st == MF_OK)
@@ -254,6 +256,7 @@ void mf_session_free(mf_session *s) {
     free(s->seen);
     free(s->h_step);
     free(s->h_rows);
+    free(s->h_argmax);
     free(s->segs);
     free(s);
 }
@@ -305,9 +308,8 @@ mf_status mf_session_set_profiler(mf_session *s, const mf_session_profiler *p) {
 }
 
 // Every argument, before anything runs (so that errors leave the caches as they were).
-static mf_status check_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
-                               const int64_t *offsets, mf_logits_mode mode) {
-    static const char fn[] = "session_forward";
+static mf_status check_forward(const char *fn, mf_session *s, int32_t n_seqs, const int32_t *seq_ids,
+                               const int32_t *tokens, const int64_t *offsets, mf_logits_mode mode) {
     if (!s) return mf_fail(MF_ERR_INVALID_ARG, "%s: session is NULL", fn);
     if (n_seqs < 1 || n_seqs > s->max_batch)
         return mf_fail(MF_ERR_INVALID_ARG, "%s: n_seqs %d not in [1, max_batch %d]", fn, n_seqs, s->max_batch);
@@ -413,6 +415,46 @@ void mf_session_mark_queued(mf_session *s) {
     if (s->call_host_us < 0) s->call_host_us = now_us() - s->call_t0;
 }
 
+// ---- what comes back: logits or their argmax ---------------------------------------------------
+
+// What a forward call hands to the host for the LM head's rows (each
+// sequence's last new token in MF_LOGITS_LAST mode).
+typedef struct {
+    bool argmax;    // false: the logits rows; true: each row's argmax (greedy)
+    float *logits;  // (rows, vocab) host, when !argmax
+    int32_t *ids;   // (rows) host, when argmax
+    float *vals;    // (rows) host or NULL, when argmax
+} fwd_out;
+
+// Queues the LM head over x (k <= s->logit_rows rows): logits into s->logits,
+// and for an argmax output their row maxima into s->argmax_out.
+static mf_status head_queue(mf_session *s, const mf_tensor *x, const fwd_out *out) {
+    MF_TRY(mf_forward_lm_head_gemm(s, x));
+    return out->argmax ? mf_forward_lm_head_argmax(s, x->shape[0]) : MF_OK;
+}
+
+// Reads what head_queue left for k rows into out's rows [r0, r0 + k): k x
+// vocab f32 logits, or k ids and k values in one copy.
+static mf_status head_read(mf_session *s, int64_t k, const fwd_out *out, int64_t r0) {
+    mf_session_mark_queued(s);
+    const char *what = out->argmax ? "argmax" : "logits";
+    mf_prof_begin(s, "d2h", what);
+    mf_status st;
+    if (!out->argmax) {
+        const int64_t vocab = s->m->spec.vocab;
+        st = mf_backend_copy(s->be, out->logits + r0 * vocab, s->logits.data, (size_t)(k * vocab) * sizeof(float),
+                             MF_COPY_D2H);
+    } else {
+        st = mf_backend_copy(s->be, s->h_argmax, s->argmax_out.data, (size_t)(2 * k) * sizeof(int32_t), MF_COPY_D2H);
+        if (st == MF_OK) {
+            memcpy(out->ids + r0, s->h_argmax, (size_t)k * sizeof(int32_t));
+            if (out->vals) memcpy(out->vals + r0, s->h_argmax + k, (size_t)k * sizeof(float));
+        }
+    }
+    mf_prof_end(s, "d2h", what);
+    return st;
+}
+
 // ---- decode-step graphs -----------------------------------------------------------------------
 
 static void graph_drop(mf_session *s, int i) {
@@ -421,17 +463,17 @@ static void graph_drop(mf_session *s, int i) {
 }
 
 // A decode step of n_seqs sequences (one token each, staged already) as a
-// graph: replays the one recorded for n_seqs, or records it first (the least
-// recently used entry makes room). The attention's key bound is max_seq so
-// that one recording serves every later length. Logits: (n_seqs, vocab) into
-// logits. A recording that fails (an op that cannot be recorded) turns graphs
-// off for the session and returns MF_ERR_UNSUPPORTED: the caller runs the
-// step plainly.
-static mf_status graph_step(mf_session *s, int32_t n_segs, float *logits) {
-    const int64_t T = n_segs, vocab = s->m->spec.vocab;
+// graph: replays the one recorded for (n_seqs, output kind), or records it
+// first (the least recently used entry makes room). The attention's key
+// bound is max_seq so that one recording serves every later length. Output:
+// n_seqs rows of `out` (logits, or argmax ids and values). A recording that
+// fails (an op that cannot be recorded) turns graphs off for the session and
+// returns MF_ERR_UNSUPPORTED: the caller runs the step plainly.
+static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
+    const int64_t T = n_segs;
     int e = -1, victim = 0;
     for (int i = 0; i < MF_SESSION_GRAPHS; i++) {
-        if (s->graph[i].n_seqs == n_segs) e = i;
+        if (s->graph[i].n_seqs == n_segs && s->graph[i].argmax == out->argmax) e = i;
         if (s->graph[i].used < s->graph[victim].used) victim = i;
     }
     s->step_max_q = 1, s->step_max_k = s->max_seq;
@@ -443,7 +485,7 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, float *logits) {
         s->recording = true;
         mf_tensor hid;
         mf_status st = mf_forward_step(s, n_segs, T, &hid);
-        if (st == MF_OK) st = mf_forward_lm_head_gemm(s, &hid);
+        if (st == MF_OK) st = head_queue(s, &hid, out);
         void *exec = NULL;
         mf_status se = s->be->graph_end(s->be, &exec);
         s->recording = false;
@@ -454,7 +496,8 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, float *logits) {
             s->call_ops = ops0;
             return MF_ERR_UNSUPPORTED;
         }
-        s->graph[e].n_seqs = n_segs, s->graph[e].exec = exec, s->graph[e].ops = s->call_ops - ops0;
+        s->graph[e].n_seqs = n_segs, s->graph[e].argmax = out->argmax, s->graph[e].exec = exec;
+        s->graph[e].ops = s->call_ops - ops0;
         s->graphs_recorded++;
     }
     s->graph[e].used = ++s->graph_clock;
@@ -463,8 +506,7 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, float *logits) {
     MF_TRY(s->be->graph_launch(s->be, s->graph[e].exec));
     s->graphs_replayed++;
     s->call_graph = true;
-    mf_session_mark_queued(s);
-    return mf_backend_copy(s->be, logits, s->logits.data, (size_t)(T * vocab) * sizeof(float), MF_COPY_D2H);
+    return head_read(s, T, out, 0);
 }
 
 mf_status mf_session_set_graphs(mf_session *s, bool on) {
@@ -486,16 +528,18 @@ mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out) {
 
 // ---- forward ------------------------------------------------------------------------------------
 
-mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
-                             const int64_t *offsets, mf_logits_mode mode, float *logits) {
-    MF_TRY(check_forward(s, n_seqs, seq_ids, tokens, offsets, mode));
+// The step loop behind both entry points: input tokens split into steps of
+// at most step_tokens rows; after each step the LM head runs over the rows
+// `mode` asks for and `out` takes them (NULL: no LM head). A one-token-each
+// call that fits one step is a decode step: replayed as a graph when possible.
+static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                         const int64_t *offsets, mf_logits_mode mode, const fwd_out *out) {
     s->call_t0 = now_us(), s->call_host_us = -1, s->call_ops = 0, s->call_launches = -1, s->call_graph = false;
     const int64_t total = offsets[n_seqs], vocab = s->m->spec.vocab;
-    // One token for each sequence in one step: a decode step, replayed as a graph.
-    if (s->graphs && !s->prof_on && logits && total == n_seqs && total <= s->step_tokens) {
+    if (s->graphs && !s->prof_on && out && total == n_seqs && total <= s->step_tokens) {
         int32_t n_segs;
         MF_TRY(stage_step(s, n_seqs, seq_ids, tokens, offsets, 0, 0, total, &n_segs));
-        mf_status st = graph_step(s, n_segs, logits);
+        mf_status st = graph_step(s, n_segs, out);
         if (st == MF_OK) {
             MF_TRY(mf_backend_sync(s->be));
             for (int32_t i = 0; i < n_seqs; i++) s->len[seq_ids[i]] += 1;
@@ -511,19 +555,20 @@ mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_i
         MF_TRY(stage_step(s, n_seqs, seq_ids, tokens, offsets, i0, c0, c1, &n_segs));
         mf_tensor hid;
         MF_TRY(mf_forward_step(s, n_segs, T, &hid));
-        if (logits && mode == MF_LOGITS_ALL) {
-            MF_TRY(mf_forward_lm_head(s, &hid, logits + c0 * vocab));
-        } else if (logits) {
+        if (out && mode == MF_LOGITS_ALL) {
+            MF_TRY(mf_forward_lm_head(s, &hid, out->logits + c0 * vocab));
+        } else if (out) {
             int32_t first;
             const int32_t k = last_rows(s, n_segs, &first);
-            if (k > 0) {
+            if (k > 0) { // k <= min(max_batch, T) <= logit_rows: one block
                 mf_tensor x = hid;
                 bool all = k == T; // every row is a last one (decode): no gather
                 if (!all) {
                     MF_TRY(mf_backend_copy(s->be, s->rows.data, s->h_rows, (size_t)k * sizeof(int32_t), MF_COPY_H2D));
                     MF_TRY(mf_forward_gather(s, &hid, k, &x));
                 }
-                MF_TRY(mf_forward_lm_head(s, &x, logits + (int64_t)first * vocab));
+                MF_TRY(head_queue(s, &x, out));
+                MF_TRY(head_read(s, k, out, first));
             }
         }
         while (i0 < n_seqs && offsets[i0 + 1] <= c1) i0++;
@@ -534,4 +579,20 @@ mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_i
     MF_TRY(mf_backend_sync(s->be));
     for (int32_t i = 0; i < n_seqs; i++) s->len[seq_ids[i]] += offsets[i + 1] - offsets[i];
     return MF_OK;
+}
+
+mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                             const int64_t *offsets, mf_logits_mode mode, float *logits) {
+    MF_TRY(check_forward("session_forward", s, n_seqs, seq_ids, tokens, offsets, mode));
+    const fwd_out out = {.logits = logits};
+    return forward(s, n_seqs, seq_ids, tokens, offsets, mode, logits ? &out : NULL);
+}
+
+mf_status mf_session_forward_greedy(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                    const int64_t *offsets, int32_t *ids, float *vals) {
+    static const char fn[] = "session_forward_greedy";
+    MF_TRY(check_forward(fn, s, n_seqs, seq_ids, tokens, offsets, MF_LOGITS_LAST));
+    if (!ids) return mf_fail(MF_ERR_INVALID_ARG, "%s: ids is NULL", fn);
+    const fwd_out out = {.argmax = true, .ids = ids, .vals = vals};
+    return forward(s, n_seqs, seq_ids, tokens, offsets, MF_LOGITS_LAST, &out);
 }

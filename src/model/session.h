@@ -77,6 +77,7 @@ struct mf_session {
     mf_tensor rows;          // (min(max_batch, T)) i32: rows gathered for the LM head
     mf_tensor gathered;      // (min(max_batch, T), hidden) act
     mf_tensor logits;        // (logit_rows, vocab) f32
+    mf_tensor argmax_out;    // (2 R) i32: for k LM-head rows, ids [0, k) | max values (f32) [k, 2k)
 
     // host
     int64_t *len;            // (max_batch) tokens in each slot's cache
@@ -85,6 +86,7 @@ struct mf_session {
     int32_t *h_ids, *h_pos, *h_tok_slot, *h_seg_cu, *h_seg_slot, *h_seg_klen; // views into h_step
     int64_t step_max_q, step_max_k; // host bounds of the step's segment lengths (for mf_attention)
     int32_t *h_rows;         // (min(max_batch, T)) staging for rows
+    int32_t *h_argmax;       // (2 R) staging for argmax_out
     mf_fwd_seg *segs;        // (min(max_batch, T)) segments of a step
     uint8_t *seen;           // (max_batch) duplicate-slot check
 
@@ -96,6 +98,7 @@ struct mf_session {
     bool recording;          // forward ops are being recorded into a graph
     struct {
         int32_t n_seqs;      // 0: empty entry
+        bool argmax;         // what the step ends with: logits (false) or their argmax (true)
         void *exec;          // the backend's executable graph
         uint64_t used;       // graph_clock at the last use (least recently used goes first)
         int64_t ops;         // ops it recorded
@@ -122,7 +125,7 @@ static inline void mf_prof_end(struct mf_session *s, const char *op, const char 
 // point, where the profiler brackets each op and the call counts it.
 typedef enum {
     MF_FW_GEMM, MF_FW_NORM, MF_FW_EMBED, MF_FW_ADD, MF_FW_SOFTMAX, MF_FW_ACT, MF_FW_COPY,
-    MF_FW_KV_WRITE, MF_FW_ATTENTION,
+    MF_FW_KV_WRITE, MF_FW_ATTENTION, MF_FW_ARGMAX,
 } mf_fw_kind;
 // args: the op's args struct (mf_gemm_args for MF_FW_GEMM, ...); `what` names its role.
 mf_status mf_fw_op(struct mf_session *s, mf_fw_kind op, const char *what, const void *args);
@@ -136,6 +139,8 @@ mf_status mf_forward_lm_head(struct mf_session *s, const mf_tensor *x, float *ou
 // The LM head's GEMM alone: x (k <= s->logit_rows rows) into s->logits (what
 // a recorded decode step ends with; the read-back follows the replay).
 mf_status mf_forward_lm_head_gemm(struct mf_session *s, const mf_tensor *x);
+// The argmax of s->logits' rows [0, k) into s->argmax_out (ids | values).
+mf_status mf_forward_lm_head_argmax(struct mf_session *s, int64_t k);
 // session.c: notes the host time of the current forward call once its work is
 // all queued (called before the first blocking read-back).
 void mf_session_mark_queued(struct mf_session *s);
