@@ -37,6 +37,12 @@ struct mf_backend {
     // bytes of split-KV workspace attention could use for args (NULL entry: 0)
     mf_status (*attention_workspace)(mf_backend *be, const mf_attention_args *args, size_t *bytes);
     mf_status (*kv_write)(mf_backend *be, const mf_kv_write_args *args);
+    // MoE parts (mf_moe composes them in src/ops/moe.c); moe_experts NULL: the
+    // generic loop of be->gemm / be->act per expert in src/ops/moe.c
+    mf_status (*moe_router)(mf_backend *be, const mf_moe_router_args *args);
+    mf_status (*moe_permute)(mf_backend *be, const mf_moe_permute_args *args);
+    mf_status (*moe_experts)(mf_backend *be, const mf_moe_experts_args *args);
+    mf_status (*moe_combine)(mf_backend *be, const mf_moe_combine_args *args);
 };
 
 mf_status mf_backend_cpu_create(mf_backend **out);
