@@ -244,6 +244,9 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->rope = mf_cuda_rope;
     be->act = mf_cuda_act;
     be->copy_tensor = mf_cuda_copy;
+    be->moe_router = mf_cuda_moe_router;
+    be->moe_permute = mf_cuda_moe_permute;
+    be->moe_combine = mf_cuda_moe_combine; // moe_experts NULL: per-expert cuBLASLt loop in src/ops/moe.c
     *out = be;
     return MF_OK;
 }

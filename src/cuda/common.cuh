@@ -91,6 +91,9 @@ mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softm
 mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *args);       // rope.cu
 mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.cu
 mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu
+mf_status mf_cuda_moe_router(mf_backend *be, const mf_moe_router_args *args);   // moe.cu
+mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.cu
+mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu
 }
 
 // ---- device helpers -------------------------------------------------------------------
