@@ -4,5 +4,6 @@
 #define MF_TOOLS_BENCH_H
 
 int mf_bench_softmax_main(int argc, char **argv); // bench_softmax.c
+int mf_bench_moe_main(int argc, char **argv);     // bench_moe.c
 
 #endif // MF_TOOLS_BENCH_H
