@@ -303,6 +303,14 @@ static int parse_args(int argc, char **argv, moe_opts *o) {
             o->full = true;
             continue;
         }
+        static const char *const known[] = {"--backend", "--dtype", "--mode", "--routing", "--hidden", "--seq",
+                                            "--warmup", "--iters", "--max-mb", "--format", "--csv"};
+        bool is_known = false;
+        for (size_t j = 0; j < sizeof known / sizeof known[0]; j++) is_known |= !strcmp(a, known[j]);
+        if (!is_known) {
+            fprintf(stderr, "minfer: error: bench moe: unknown option %s\n", a);
+            return 2;
+        }
         if (!v) {
             fprintf(stderr, "minfer: error: bench moe: %s needs a value\n", a);
             return 2;
