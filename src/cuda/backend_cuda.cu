@@ -43,6 +43,7 @@ static mf_status device_alloc(size_t bytes, void **out, const char *what) {
 static void ctx_release(mf_cuda_ctx *c) {
     if (!c) return;
     if (c->lt) cublasLtDestroy(c->lt);
+    mf_cuda_moe_release(c);
     if (c->workspace) cudaFree(c->workspace);
     if (c->err_count) cudaFree(c->err_count);
     if (c->err_host) cudaFreeHost(c->err_host);
@@ -246,7 +247,8 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->copy_tensor = mf_cuda_copy;
     be->moe_router = mf_cuda_moe_router;
     be->moe_permute = mf_cuda_moe_permute;
-    be->moe_combine = mf_cuda_moe_combine; // moe_experts NULL: per-expert cuBLASLt loop in src/ops/moe.c
+    be->moe_combine = mf_cuda_moe_combine;
+    be->moe_experts = mf_cuda_moe_experts; // the cuBLASLt loop, or grouped with MINFER_MOE_GEMM=grouped
     *out = be;
     return MF_OK;
 }

@@ -30,6 +30,7 @@ struct mf_cuda_ctx {
     unsigned int *err_host;   // (1) pinned host: err_count read back at sync
     bool err_pending;         // an embed was queued since the last sync (else sync skips the read-back)
     int64_t err_vocab;        // vocab of the last embed, for the sync message
+    void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
 };
 
 static inline mf_cuda_ctx *mf_cuda_ctx_of(mf_backend *be) { return static_cast<mf_cuda_ctx *>(be->ctx); }
@@ -94,6 +95,8 @@ mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.
 mf_status mf_cuda_moe_router(mf_backend *be, const mf_moe_router_args *args);   // moe.cu
 mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.cu
 mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu
+mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
+void mf_cuda_moe_release(mf_cuda_ctx *c); // moe.cu: frees c->cublas
 }
 
 // ---- device helpers -------------------------------------------------------------------

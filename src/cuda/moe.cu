@@ -12,9 +12,14 @@
 // exp(l - max) / sum with precise expf, weights in f32. Only the order of the
 // softmax denominator's sum differs (a warp tree here, index order there).
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include <cublas_v2.h>
 
 #include "cuda/common.cuh"
 #include "ops/act_math.h"
+#include "ops/moe_loop.h"
 
 namespace {
 
@@ -395,5 +400,118 @@ extern "C" mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_ar
     const int64_t items = p.T * (p.vec ? p.H / kMfVec : p.H);
     moe_combine_kernel<<<mf_cuda_grid(c, (items + 255) / 256), 256, 0, c->stream>>>(p);
     MF_CUDA_CHECK_LAUNCH("moe_combine_kernel");
+    return MF_OK;
+}
+
+// ---- experts: cublasGemmGroupedBatchedEx ------------------------------------------------
+
+namespace {
+
+cudaDataType_t cu_type(int dt) {
+    return dt == MF_DTYPE_F16 ? CUDA_R_16F : dt == MF_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+#define MF_CUBLAS_V2_TRY(call)                                                                        \
+    do {                                                                                              \
+        cublasStatus_t mf_cb_s_ = (call);                                                             \
+        if (mf_cb_s_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+            (void)cudaGetLastError();                                                                 \
+            return mf_fail(MF_ERR_CUDA, "cublas: %s failed: %s", #call, cublasGetStatusString(mf_cb_s_)); \
+        }                                                                                             \
+    } while (0)
+
+// One grouped GEMM over the G non-empty experts, row-major
+//   C_g (n_g, N) = A_g (n_g, K) . W_g^T,  W_g (N, K) rows of stride ldw
+// as cuBLAS column-major C_g^T (N, n_g) = op_T(W_g as (K, N)) . A_g^T (K, n_g).
+// The 3 G pointers go through `ptrs` (device, 3 * 256 entries), copied from
+// the host on the stream (pageable: staged before the call returns).
+mf_status grouped_gemm(mf_cuda_ctx *c, int G, const int *rows, const void *const *a, int lda, const void *const *w,
+                       int ldw, void *const *cc, int ldc, int N, int K, cudaDataType_t type, void **ptrs) {
+    const void *host[3 * 256];
+    for (int g = 0; g < G; g++) host[g] = w[g], host[256 + g] = a[g], host[512 + g] = cc[g];
+    MF_CUDA_TRY(cudaMemcpyAsync(ptrs, host, sizeof host, cudaMemcpyHostToDevice, c->stream));
+    cublasOperation_t ta[256], tb[256];
+    int m[256], n[256], k[256], la[256], lb[256], lc[256], gs[256];
+    float alpha[256], beta[256];
+    for (int g = 0; g < G; g++) {
+        ta[g] = CUBLAS_OP_T, tb[g] = CUBLAS_OP_N;
+        m[g] = N, n[g] = rows[g], k[g] = K;
+        la[g] = ldw, lb[g] = lda, lc[g] = ldc, gs[g] = 1;
+        alpha[g] = 1.0f, beta[g] = 0.0f;
+    }
+    cublasHandle_t h = static_cast<cublasHandle_t>(c->cublas);
+    MF_CUBLAS_V2_TRY(cublasGemmGroupedBatchedEx(h, ta, tb, m, n, k, alpha, (const void *const *)ptrs, type, la,
+                                                (const void *const *)(ptrs + 256), type, lb, beta,
+                                                (void *const *)(ptrs + 512), type, lc, G, gs, CUBLAS_COMPUTE_32F));
+    return MF_OK;
+}
+
+} // namespace
+
+extern "C" void mf_cuda_moe_release(mf_cuda_ctx *c) {
+    if (c && c->cublas) cublasDestroy(static_cast<cublasHandle_t>(c->cublas));
+    if (c) c->cublas = nullptr;
+}
+
+extern "C" mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *p) {
+    const char *mode = getenv("MINFER_MOE_GEMM");
+    if (!mode || strcmp(mode, "grouped") != 0) return mf_moe_experts_loop(be, p);
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    // Pointer arrays live at the start of the cuBLASLt workspace: stream-ordered
+    // between GEMMs, so no Lt call is using it meanwhile.
+    if (c->workspace_bytes < 3 * 256 * sizeof(void *))
+        return mf_fail(MF_ERR_UNSUPPORTED, "moe_experts: grouped GEMM needs %zu bytes of cuBLAS workspace, have %zu",
+                       3 * 256 * sizeof(void *), c->workspace_bytes);
+    if (!c->cublas) {
+        cublasHandle_t h = nullptr;
+        MF_CUBLAS_V2_TRY(cublasCreate(&h));
+        c->cublas = h;
+    }
+    cublasHandle_t h = static_cast<cublasHandle_t>(c->cublas);
+    MF_CUBLAS_V2_TRY(cublasSetStream(h, c->stream));
+    int32_t buf[257];
+    const int32_t *o = nullptr;
+    MF_TRY(mf_moe_host_offsets(be, p, buf, &o));
+    const int E = (int)p->w1.shape[0];
+    const int64_t H = p->x.shape[1], rows1 = p->h.shape[1];
+    const bool glu = p->ffn == MF_MOE_FFN_SWIGLU;
+    const int64_t I = glu ? rows1 / 2 : rows1;
+    const size_t es = mf_dtype_size(p->x.dtype);
+    const cudaDataType_t type = cu_type(p->x.dtype);
+    int G = 0, rows[256];
+    const void *xa[256], *w1[256], *ha[256], *w2[256];
+    void *hc[256], *yc[256];
+    for (int e = 0; e < E; e++) {
+        const int n = o[e + 1] - o[e];
+        if (n == 0) continue;
+        rows[G] = n;
+        xa[G] = static_cast<const char *>(p->x.data) + (size_t)(o[e] * p->x.stride[0]) * es;
+        hc[G] = static_cast<char *>(p->h.data) + (size_t)(o[e] * p->h.stride[0]) * es;
+        ha[G] = hc[G];
+        yc[G] = static_cast<char *>(p->y.data) + (size_t)(o[e] * p->y.stride[0]) * es;
+        w1[G] = static_cast<const char *>(p->w1.data) + (size_t)(e * p->w1.stride[0]) * es;
+        w2[G] = static_cast<const char *>(p->w2.data) + (size_t)(e * p->w2.stride[0]) * es;
+        G++;
+    }
+    if (G == 0) return MF_OK;
+    const int64_t lim = INT_MAX;
+    if (p->x.stride[0] > lim || p->h.stride[0] > lim || p->y.stride[0] > lim || p->w1.stride[1] > lim ||
+        p->w2.stride[1] > lim || rows1 > lim || H > lim)
+        return mf_fail(MF_ERR_UNSUPPORTED, "moe_experts: grouped GEMM takes 32-bit sizes and strides");
+    void **ptrs = static_cast<void **>(c->workspace);
+    MF_TRY(grouped_gemm(c, G, rows, xa, (int)p->x.stride[0], w1, (int)p->w1.stride[1], hc, (int)p->h.stride[0],
+                        (int)rows1, (int)H, type, ptrs));
+    // The activation over every routed row at once (GELU too: no grouped epilogue).
+    mf_tensor hv = p->h;
+    hv.data = static_cast<char *>(p->h.data) + (size_t)(o[0] * p->h.stride[0]) * es;
+    hv.shape[0] = o[E] - o[0];
+    mf_tensor gate = hv, up = hv;
+    gate.shape[1] = I, up.shape[1] = I;
+    up.data = static_cast<char *>(hv.data) + (size_t)I * es;
+    mf_act_args act = {};
+    act.x = gate, act.y = gate, act.up = glu ? &up : nullptr, act.kind = glu ? MF_ACT_SILU : MF_ACT_GELU_TANH;
+    MF_TRY(mf_cuda_act(be, &act));
+    MF_TRY(grouped_gemm(c, G, rows, ha, (int)p->h.stride[0], w2, (int)p->w2.stride[1], yc, (int)p->y.stride[0],
+                        (int)H, (int)I, type, ptrs));
     return MF_OK;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/check.h"
+#include "ops/moe_loop.h"
 #include "ops/overlap.h"
 
 #define MOE_MAX_EXPERTS 256
@@ -233,20 +234,29 @@ static mf_status experts_check(const mf_backend *be, const mf_moe_experts_args *
     return MF_OK;
 }
 
-static mf_status experts_loop(mf_backend *be, const mf_moe_experts_args *p, int64_t E, int64_t I) {
-    int32_t off[MOE_MAX_EXPERTS + 1];
+mf_status mf_moe_host_offsets(mf_backend *be, const mf_moe_experts_args *p, int32_t *buf, const int32_t **out) {
+    const int64_t E = p->offsets.shape[0] - 1, N = p->x.shape[0];
     const int32_t *o = p->host_offsets;
     if (!o) { // one read-back (a sync on CUDA) sizes the per-expert GEMMs
-        MF_TRY(mf_backend_copy(be, off, p->offsets.data, (size_t)(E + 1) * sizeof(int32_t), MF_COPY_D2H));
-        o = off;
+        MF_TRY(mf_backend_copy(be, buf, p->offsets.data, (size_t)(E + 1) * sizeof(int32_t), MF_COPY_D2H));
+        o = buf;
     }
-    const int64_t N = p->x.shape[0], H = p->x.shape[1], rows1 = p->h.shape[1];
     if (o[0] < 0 || o[E] > N)
         return mf_fail(MF_ERR_INVALID_ARG, "moe_experts: offsets [%d, %d] outside the %lld rows of x", o[0], o[E], (ll)N);
     for (int64_t e = 0; e < E; e++)
         if (o[e + 1] < o[e])
             return mf_fail(MF_ERR_INVALID_ARG, "moe_experts: offsets decrease at expert %lld (%d > %d)", (ll)e, o[e],
                            o[e + 1]);
+    *out = o;
+    return MF_OK;
+}
+
+mf_status mf_moe_experts_loop(mf_backend *be, const mf_moe_experts_args *p) {
+    int32_t off[MOE_MAX_EXPERTS + 1];
+    const int32_t *o = NULL;
+    MF_TRY(mf_moe_host_offsets(be, p, off, &o));
+    const int64_t E = p->w1.shape[0], H = p->x.shape[1], rows1 = p->h.shape[1];
+    const int64_t I = p->ffn == MF_MOE_FFN_SWIGLU ? rows1 / 2 : rows1;
     for (int64_t e = 0; e < E; e++) {
         const int64_t n = o[e + 1] - o[e];
         if (n == 0) continue; // an expert without tokens costs nothing
@@ -274,7 +284,7 @@ mf_status mf_moe_experts(mf_backend *be, const mf_moe_experts_args *p) {
     MF_TRY(experts_check(be, p, &E, &I));
     if (p->x.shape[0] == 0 || p->x.shape[1] == 0) return MF_OK;
     if (be->moe_experts) return be->moe_experts(be, p);
-    return experts_loop(be, p, E, I);
+    return mf_moe_experts_loop(be, p);
 }
 
 // ---- combine ---------------------------------------------------------------------------
