@@ -9,13 +9,16 @@
 //   expert-GEMM TFLOP/s and % of one dense GEMM of the same FLOPs
 //   (m = T k, n = 3 I, k = H) timed in the same run;
 //   decode: GB/s of the selected experts' weight bytes read by the expert
-//   part and % of the device-to-device copy bandwidth.
+//   part and % of the device-to-device copy bandwidth;
+//   CUDA: the expert part again with cublasGemmGroupedBatchedEx
+//   (MINFER_MOE_GEMM=grouped) in the same run, as grouped_us / TFLOP/s.
 // The routed ids are planted (even: assignment a goes to expert a mod E;
 // zipf: k distinct experts per token drawn with p(e) ~ 1 / (e + 1)), so the
 // router is timed on its own logits and the rest on a known routing.
 // Without --full: on CUDA the goal shape (hidden 4096, 32 experts, top-2,
 // batch 16 prefill) and decode batches 1 and 16 of it plus a few neighbours;
 // on the CPU a tiny shape (hidden 256) so that it runs in seconds.
+#define _POSIX_C_SOURCE 200809L // setenv
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,11 +137,11 @@ static mf_tensor view(void *data, mf_dtype dt, mf_device dev, int nd, int64_t d0
     return t;
 }
 
-enum { NCOLS = 24 };
+enum { NCOLS = 26 };
 static const char *const col_names[NCOLS] = {
     "mode", "routing", "experts", "top_k", "hidden", "ffn", "batch", "tokens", "dtype", "router_us", "permute_us",
     "experts_us", "combine_us", "layer_us", "overhead_%", "expert_TFLOP/s", "dense_TFLOP/s", "%dense",
-    "experts_used", "weight_GB/s", "%copy", "device", "copy_GB/s", "date"};
+    "experts_used", "weight_GB/s", "%copy", "grouped_us", "grouped_TFLOP/s", "device", "copy_GB/s", "date"};
 
 static double p50_of(mf_bench_timer *tm, mf_bench_fn fn, void *arg, const moe_opts *o, double *samples, mf_status *st) {
     if (*st != MF_OK) return NAN;
@@ -226,6 +229,12 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
     const double t_exp = p50_of(tm, run_experts, &s, o, samples, &st);
     const double t_comb = p50_of(tm, run_combine, &s, o, samples, &st);
     const double t_dense = p50_of(tm, run_dense, &s, o, samples, &st);
+    double t_grouped = NAN;
+    if (dev == MF_DEVICE_CUDA && st == MF_OK) { // the alternative expert path, same data
+        setenv("MINFER_MOE_GEMM", "grouped", 1);
+        t_grouped = p50_of(tm, run_experts, &s, o, samples, &st);
+        unsetenv("MINFER_MOE_GEMM");
+    }
     if (st == MF_OK) {
         const double flops = 2.0 * (double)N * (double)H * (double)(3 * I);
         const double layer = t_router + t_perm + t_exp + t_comb;
@@ -252,9 +261,11 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
         snprintf(cells[18], 192, "%d", used);
         fmt(cells[19], wbytes / (t_exp * 1e3), 1);
         fmt(cells[20], 100.0 * wbytes / (t_exp * 1e3) / (copy / 2), 1); // copy counts read + write
-        snprintf(cells[21], 192, "%s", device);
-        fmt(cells[22], copy, 1);
-        snprintf(cells[23], 192, "%s", date);
+        fmt(cells[21], t_grouped, 1);
+        fmt(cells[22], flops / (t_grouped * 1e6), 4);
+        snprintf(cells[23], 192, "%s", device);
+        fmt(cells[24], copy, 1);
+        snprintf(cells[25], 192, "%s", date);
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
         if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
