@@ -315,7 +315,9 @@ mf_status mf_moe_router(mf_backend *be, const mf_moe_router_args *args);
 //   x, xs:   NULL, or x (T, H) and xs (N, H), stride[1] == 1, same float dtype:
 //            the gather xs[r] = x[sorted[r] / k] (expert-contiguous rows)
 // An id outside [0, E): CPU MF_ERR_INVALID_ARG at once; CUDA the assignment is
-// sorted after the last expert (rows [offsets[E], N)), so no expert sees it.
+// sorted after the last expert (rows [offsets[E], N)), so no expert sees it,
+// and its inv is -1, so mf_moe_combine skips it. (mf_moe_router's ids are
+// always in range.)
 typedef struct {
     mf_tensor ids;
     mf_tensor offsets, sorted, inv;

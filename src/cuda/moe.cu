@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kPermThreads) moe_permute_kernel(PermParams p)
             int row = cursor[b] + rank;
             for (int w = 0; w < warp; w++) row += wcount[w][b];
             p.sorted[row] = (int32_t)a;
-            p.inv[a] = row;
+            p.inv[a] = b == p.E ? -1 : row; // an out-of-range id: the combine skips it
         }
         __syncthreads();
         for (int e = tid; e < nb; e += kPermThreads) {
