@@ -420,6 +420,60 @@ static void add_layer(th_list *l, const layer_p *p) {
            (long long)p->Is, th_b(p->gate), res_names[p->res]);
 }
 
+// ---- experts alone -------------------------------------------------------------------------
+
+typedef struct {
+    mf_dtype dt;
+    int64_t N, H, I;
+    int E;
+    mf_moe_ffn ffn;
+    bool host;   // host_offsets given (else read back)
+    int64_t tail; // rows after offsets[E] that no expert owns (must stay poisoned)
+} experts_p;
+
+static th_result run_experts(th_ctx *ctx, const void *params) {
+    const experts_p *p = params;
+    const int64_t N = p->N, H = p->H, I = p->I, E = p->E;
+    const bool glu = p->ffn == MF_MOE_FFN_SWIGLU;
+    const int64_t rows1 = glu ? 2 * I : I;
+    mf_tensor x, off, w1, w2, h, y;
+    th_buf *bx = th_tensor(ctx, p->dt, 2, (const int64_t[]){N, H}, NULL, &x);
+    th_buf *bo = th_tensor(ctx, MF_DTYPE_I32, 1, (const int64_t[]){E + 1}, NULL, &off);
+    th_buf *b1 = th_tensor(ctx, p->dt, 3, (const int64_t[]){E, rows1, H}, NULL, &w1);
+    th_buf *b2 = th_tensor(ctx, p->dt, 3, (const int64_t[]){E, H, I}, NULL, &w2);
+    th_buf *bh = th_tensor(ctx, p->dt, 2, (const int64_t[]){N, rows1}, NULL, &h);
+    th_buf *by = th_tensor(ctx, p->dt, 2, (const int64_t[]){N, H}, NULL, &y);
+    const th_fill_opts xo = {.lo = -2, .hi = 2, .outlier = 4, .outlier_every = 64};
+    const th_fill_opts o1 = {.lo = -1.5 / sqrt((double)H), .hi = 1.5 / sqrt((double)H), .outlier = 4, .outlier_every = 256};
+    const th_fill_opts o2 = {.lo = -1.5 / sqrt((double)I), .hi = 1.5 / sqrt((double)I), .outlier = 4, .outlier_every = 256};
+    th_fill(ctx, bx, &x, &xo);
+    th_fill(ctx, b1, &w1, &o1);
+    th_fill(ctx, b2, &w2, &o2);
+    // Random split of the first N - tail rows; about a third of the experts get none.
+    int32_t *o = th_scratch(ctx, (size_t)(E + 1) * sizeof(int32_t));
+    const int64_t used = N - p->tail;
+    int64_t left = used;
+    o[0] = 0;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t n = e == E - 1 ? left : th_rng_int(&ctx->rng, 3) == 0 ? 0 : th_rng_int(&ctx->rng, 2 * used / E + 2);
+        if (n > left) n = left;
+        o[e + 1] = o[e] + (int32_t)n, left -= n;
+    }
+    for (int64_t e = 0; e <= E; e++) th_set(bo, e, o[e]);
+    double *ref = th_scratch(ctx, (size_t)(N * H) * sizeof(double)), *bnd = th_scratch(ctx, (size_t)(N * H) * sizeof(double));
+    double *av = th_scratch(ctx, (size_t)I * sizeof(double)), *ea = th_scratch(ctx, (size_t)I * sizeof(double));
+    for (int64_t i = 0; i < N * H; i++) ref[i] = NAN, bnd[i] = 0; // rows of no expert keep their NaN poison
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = o[e]; r < o[e + 1]; r++)
+            ffn_ref(bx, r * H, b1, e * rows1 * H, b2, e * H * I, H, I, p->ffn, p->dt, av, ea, ref + r * H, bnd + r * H);
+    for (int64_t i = 0; i < used * H; i++) bnd[i] = 2 * bnd[i] + th_tiny(p->dt);
+    mf_moe_experts_args a = {.x = x, .offsets = off, .host_offsets = p->host ? o : NULL, .w1 = w1, .w2 = w2, .h = h,
+                             .y = y, .ffn = p->ffn};
+    TH_CALL(ctx, mf_moe_experts(ctx->be, &a));
+    bh->checked = true; // scratch
+    return th_check(ctx, by, &y, ref, bnd, "y") ? TH_PASS : TH_FAIL;
+}
+
 // ---- bad input ----------------------------------------------------------------------------
 
 static th_result run_validation(th_ctx *ctx, const void *params) {
@@ -599,6 +653,14 @@ void th_cases_moe(th_list *l) {
                      .renorm = c != 1, .ffn = (mf_moe_ffn)(c == 1), .Is = c == 2 ? 32 : 0, .gate = c == 2,
                      .res = (res_mode)c};
         add_layer(l, &p);
+    }
+    // 9. Experts alone: empty experts, rows past offsets[E] left alone, host or read-back offsets.
+    for (int c = 0; c < 6; c++) {
+        experts_p p = {.dt = dts[c % 3], .N = (int64_t[]){1, 7, 200}[c % 3], .H = 40, .I = 24, .E = (int[]){1, 8, 60}[c % 3],
+                       .ffn = (mf_moe_ffn)(c / 3), .host = c % 2 == 0, .tail = c % 3 == 2 ? 5 : 0};
+        th_add(l, run_experts, &p, sizeof p, "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
+               mf_dtype_name(p.dt), (long long)p.N, (long long)p.H, (long long)p.I, p.E, ffn_names[p.ffn], th_b(p.host),
+               (long long)p.tail);
     }
     layer_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "moe(validation)");
