@@ -50,6 +50,12 @@ struct mf_backend {
     void (*graph_free)(mf_backend *be, void *graph);
 
     mf_status (*argmax)(mf_backend *be, const mf_argmax_args *args);
+    // MoE parts (mf_moe composes them in src/ops/moe.c); moe_experts NULL: the
+    // generic loop of be->gemm / be->act per expert in src/ops/moe.c
+    mf_status (*moe_router)(mf_backend *be, const mf_moe_router_args *args);
+    mf_status (*moe_permute)(mf_backend *be, const mf_moe_permute_args *args);
+    mf_status (*moe_experts)(mf_backend *be, const mf_moe_experts_args *args);
+    mf_status (*moe_combine)(mf_backend *be, const mf_moe_combine_args *args);
 };
 
 mf_status mf_backend_cpu_create(mf_backend **out);

@@ -116,6 +116,12 @@ bad "--mask upper" bench softmax --mask upper
 bad "--format yaml" bench softmax --format yaml
 bad "--csv needs a value" bench softmax --csv
 bad "unknown option --bogus" bench softmax --bogus 1
+# ---- bench moe
+bad "unknown option --bogus" bench moe --bogus 1
+bad "bad value '0' for --iters" bench moe --iters 0
+bad "--mode needs a value" bench moe --mode
+bad "bad value 'both' for --mode" bench moe --mode both
+bad "bad value 'f64' for --dtype" bench moe --dtype f64
 bad "--iters x" bench --iters x
 bad "unknown benchmark 'gemm9'" bench gemm9
 # ---- the top level
@@ -127,6 +133,7 @@ good "minfer score --help" score --help
 good "minfer info --help" info --help
 good "minfer bench model --help" bench model --help
 good "minfer bench softmax --help" bench softmax --help
+good "minfer bench moe --help" bench moe --help
 good "minfer generate (llama-tiny, 4 tokens, greedy, cpu)" generate "${m[@]}" -p Hello -n 4 --temp 0 --seed 1 --backend cpu
 good "minfer score --tokens (llama-tiny, cpu)" score "${m[@]}" --tokens 1,5,7 --backend cpu
 good "minfer info -m (llama-tiny, cpu)" info "${m[@]}" --batch 2 --seq 64 --backend cpu

@@ -24,7 +24,8 @@
     X(rope)            \
     X(act)             \
     X(copy)            \
-    X(argmax)
+    X(argmax)          \
+    X(moe)
 
 #define TH_DECLARE(f) void th_cases_##f(th_list *l);
 TH_FAMILIES(TH_DECLARE)

@@ -281,6 +281,143 @@ typedef struct {
 } mf_argmax_args;
 
 mf_status mf_argmax(mf_backend *be, const mf_argmax_args *args);
+// Mixture-of-Experts (dropless: no capacity factor, no token dropped).
+// T tokens of width H, E experts (1..256) of FFN width I, top_k (1..8) experts
+// per token. The parts below are what mf_moe runs; each is public so that it
+// can be tested and reused alone. i32 index tensors live on the device.
+typedef enum {
+    MF_MOE_SCORE_SOFTMAX = 0, // softmax over the experts (Mixtral, Qwen-MoE)
+    MF_MOE_SCORE_SIGMOID = 1, // sigmoid of each logit (DeepSeek-V3 style)
+} mf_moe_score;
+
+typedef enum {
+    MF_MOE_SCORE_THEN_TOPK = 0, // scores over all E, then top-k of them (Mixtral, Qwen-MoE)
+    MF_MOE_TOPK_THEN_SCORE = 1, // top-k of the logits, then scores over those k only
+} mf_moe_order;
+
+typedef enum {
+    MF_MOE_FFN_SWIGLU = 0, // y = (silu(x W_gate^T) * (x W_up^T)) W_down^T, w1 = gate|up (2I, H)
+    MF_MOE_FFN_GELU = 1,   // y = gelu_tanh(x W_fc1^T) W_fc2^T,             w1 = fc1 (I, H)
+} mf_moe_ffn;
+
+// Router, one fused pass per token over its E logits (the logits GEMM
+// x . W_r^T is NOT in this op: mf_moe runs it with mf_gemm into f32):
+//   logits: (T, E), f32/f16/bf16, stride[1] == 1
+//   ids:    (T, k) i32 out, contiguous: the chosen experts, best first
+//   weights:(T, k) f32 out, contiguous: their combine weights
+// Selection compares the logits (softmax and sigmoid are monotone, so this is
+// the top-k of the scores without ties made by rounding): larger first, equal
+// values to the lower expert index; NaN ranks below -inf. Then
+//   SCORE_THEN_TOPK: w_j = score(logits)[ids_j], the score over all E
+//   TOPK_THEN_SCORE: w = softmax (or sigmoid) of the k chosen logits
+//   renorm: w_j /= sum_j w_j (skipped when the sum is 0)
+//   w_j *= routed_scale (1: none; any finite value)
+// A softmax row whose logits are all -inf gives weights 0. Math in f32.
+typedef struct {
+    mf_tensor logits;
+    mf_tensor ids, weights;
+    mf_moe_score score;
+    mf_moe_order order;
+    bool renorm;
+    float routed_scale;
+} mf_moe_router_args;
+
+mf_status mf_moe_router(mf_backend *be, const mf_moe_router_args *args);
+
+// Permutation: a stable counting sort of the N = T * k assignments by expert.
+//   ids:     (T, k) i32, contiguous; assignment a = t * k + j goes to ids[t, j]
+//   offsets: (E + 1) i32 out: expert e owns sorted rows [offsets[e], offsets[e+1])
+//   sorted:  (N) i32 out: sorted[r] = the assignment a at sorted row r; within
+//            an expert rows keep the order of a (stable; so deterministic)
+//   inv:     (N) i32 out: inv[a] = the sorted row of assignment a
+//   x, xs:   NULL, or x (T, H) and xs (N, H), stride[1] == 1, same float dtype:
+//            the gather xs[r] = x[sorted[r] / k] (expert-contiguous rows)
+// An id outside [0, E): CPU MF_ERR_INVALID_ARG at once; CUDA the assignment is
+// sorted after the last expert (rows [offsets[E], N)), so no expert sees it,
+// and its inv is -1, so mf_moe_combine skips it. (mf_moe_router's ids are
+// always in range.)
+typedef struct {
+    mf_tensor ids;
+    mf_tensor offsets, sorted, inv;
+    const mf_tensor *x, *xs; // both or neither
+    int32_t n_experts;
+} mf_moe_permute_args;
+
+mf_status mf_moe_permute(mf_backend *be, const mf_moe_permute_args *args);
+
+// Experts: each expert's FFN on its rows of an expert-contiguous matrix.
+//   x:  (N, H) rows of expert e at [offsets[e], offsets[e+1]), stride[1] == 1
+//   offsets: (E + 1) i32 on the device, non-decreasing, offsets[E] <= N
+//   host_offsets: NULL, or the same E + 1 values in host memory; NULL on CUDA
+//       costs one device-to-host read (a sync) to size the per-expert GEMMs
+//   w1: (E, 2I, H) SwiGLU gate rows [0, I) | up rows [I, 2I); (E, I, H) GELU.
+//       Torch Linear layout: stride[2] == 1, stride[1] >= H, stride[0] free.
+//   w2: (E, H, I), stride[2] == 1
+//   h:  (N, 2I) SwiGLU / (N, I) GELU scratch, stride[1] == 1, x's dtype
+//   y:  (N, H) out, x's dtype, stride[1] == 1; may be x's view (x is dead once
+//       the first GEMMs ran). Rows of no expert (>= offsets[E]) are not written.
+// Dtypes: x, w1, w2 share one float dtype; accumulation f32.
+typedef struct {
+    mf_tensor x, offsets;
+    const int32_t *host_offsets;
+    mf_tensor w1, w2;
+    mf_tensor h, y;
+    mf_moe_ffn ffn;
+} mf_moe_experts_args;
+
+mf_status mf_moe_experts(mf_backend *be, const mf_moe_experts_args *args);
+
+// Combine: each token's k expert outputs summed back in token order,
+//   out[t] = residual[t] + sum_{j<k} weights[t,j] * ys[inv[t*k+j]]
+//            + g_t * shared[t],   g_t = sigmoid(shared_gate[t]) (1 without a gate)
+// in that order, in f32, with no atomics: deterministic.
+//   ys: (N, H) sorted expert outputs, stride[1] == 1, N >= 1
+//   weights: (T, k) f32 (T and k come from its shape); inv: (T * k) i32
+//   shared: NULL or (T, H); shared_gate: NULL or (T, 1) logits (f32/f16/bf16)
+//   residual: NULL or (T, H); out: (T, H), stride[1] == 1; out may be
+//   residual's view (in-place residual add), must not overlap ys or shared.
+//   An inv entry outside [0, N) contributes nothing.
+typedef struct {
+    mf_tensor ys, inv, weights;
+    const mf_tensor *shared;
+    const mf_tensor *shared_gate;
+    const mf_tensor *residual;
+    mf_tensor out;
+} mf_moe_combine_args;
+
+mf_status mf_moe_combine(mf_backend *be, const mf_moe_combine_args *args);
+
+// The whole layer: out = residual + moe(x) (+ gated shared expert):
+//   logits = x . w_router^T (mf_gemm, f32) -> mf_moe_router -> mf_moe_permute
+//   (with the gather) -> mf_moe_experts -> [shared FFN on x] -> mf_moe_combine.
+//   x: (T, H), stride[1] == 1, f32/f16/bf16; w_router: (E, H), stride[1] == 1,
+//   x's dtype; w1, w2, ffn: as mf_moe_experts, x's dtype.
+//   shared_w1: NULL or (2Is, H) SwiGLU / (Is, H) GELU (same ffn kind);
+//   shared_w2: (H, Is); shared_gate: NULL or (1, H) (Qwen-MoE's
+//   shared_expert_gate). residual, out: as mf_moe_combine.
+//   workspace: device scratch of workspace_bytes >= mf_moe_workspace(); the op
+//   allocates nothing. CUDA reads the E + 1 expert offsets back once per call
+//   (one sync) to size the per-expert GEMMs.
+typedef struct {
+    mf_tensor x, w_router, w1, w2;
+    mf_moe_ffn ffn;
+    int32_t top_k;
+    mf_moe_score score;
+    mf_moe_order order;
+    bool renorm;
+    float routed_scale;            // 1: none
+    const mf_tensor *shared_w1;    // NULL: no shared expert
+    const mf_tensor *shared_w2;
+    const mf_tensor *shared_gate;  // NULL: ungated shared expert
+    const mf_tensor *residual;     // NULL: no residual add
+    mf_tensor out;
+    void *workspace;
+    size_t workspace_bytes;
+} mf_moe_args;
+
+mf_status mf_moe(mf_backend *be, const mf_moe_args *args);
+// Workspace bytes mf_moe needs for these arguments (validates them first).
+mf_status mf_moe_workspace(mf_backend *be, const mf_moe_args *args, size_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,7 @@ __version__ = "0.1.0"  # tests check that it matches mf_version()
 
 __all__ = [
     "MinferError", "UnsupportedError", "version", "build_info", "cuda_available", "library_path",
-    "backend", "synchronize", "gemm", "add_norm", "embed", "add", "softmax",
+    "backend", "synchronize", "gemm", "add_norm", "embed", "add", "softmax", "moe",
 ]
 
 
@@ -448,3 +448,68 @@ def softmax(x, y=None, scale=1.0, causal=False, key_lens=None, bias=None):
     args.bias = _opt(bias, "softmax: bias", views)
     _call("softmax", "mf_softmax", args, views)
     return y
+
+
+_MOE_FFN = {"swiglu": L.MF_MOE_FFN_SWIGLU, "gelu": L.MF_MOE_FFN_GELU}
+_MOE_SCORE = {"softmax": L.MF_MOE_SCORE_SOFTMAX, "sigmoid": L.MF_MOE_SCORE_SIGMOID}
+_MOE_ORDER = {"score_topk": L.MF_MOE_SCORE_THEN_TOPK, "topk_score": L.MF_MOE_TOPK_THEN_SCORE}
+
+
+def moe(x, w_router, w1, w2, top_k, ffn="swiglu", score="softmax", order="score_topk", renorm=True,
+        routed_scale=1.0, shared_w1=None, shared_w2=None, shared_gate=None, residual=None, out=None,
+        workspace=None):
+    """A Mixture-of-Experts layer (dropless): out = residual + sum_j w_j FFN_{e_j}(x) (+ gated shared FFN).
+
+    x: (T, H); w_router: (E, H); w1: (E, 2I, H) gate|up rows for "swiglu",
+    (E, I, H) for "gelu" (tanh GELU); w2: (E, H, I) (torch Linear layouts).
+    score "softmax"|"sigmoid", order "score_topk" (Mixtral, Qwen) |
+    "topk_score"; renorm: the k weights divided by their sum; routed_scale
+    multiplies them. shared_w1 (2Is|Is, H) / shared_w2 (H, Is): an always-on
+    shared expert, shared_gate (1, H): its sigmoid gate (Qwen-MoE).
+    workspace: a contiguous scratch array/tensor on x's device (int32 is fine);
+    allocated here when None (the size comes from mf_moe_workspace). Returns out (allocated like x)."""
+    for name, table, val in (("ffn", _MOE_FFN, ffn), ("score", _MOE_SCORE, score), ("order", _MOE_ORDER, order)):
+        if val not in table:
+            raise ValueError(f"moe: {name} {val!r} (want one of {sorted(table)})")
+    vx = T.view(x, "moe: x")
+    if out is None:
+        out = T.empty_like_kind(x, tuple(x.shape))
+    views = [vx, T.view(w_router, "moe: w_router"), T.view(w1, "moe: w1"), T.view(w2, "moe: w2"),
+             T.view(out, "moe: out", writable=True)]
+    args = L.MoeArgs(x=views[0].t, w_router=views[1].t, w1=views[2].t, w2=views[3].t, out=views[4].t)
+    args.ffn, args.score, args.order = _MOE_FFN[ffn], _MOE_SCORE[score], _MOE_ORDER[order]
+    args.top_k = int(top_k)
+    args.renorm = bool(renorm)
+    args.routed_scale = _float(routed_scale, "moe: routed_scale")
+    args.shared_w1 = _opt(shared_w1, "moe: shared_w1", views)
+    args.shared_w2 = _opt(shared_w2, "moe: shared_w2", views)
+    args.shared_gate = _opt(shared_gate, "moe: shared_gate", views)
+    args.residual = _opt(residual, "moe: residual", views)
+    lib = L.load()
+    if not hasattr(lib, "mf_moe_workspace"):
+        raise UnsupportedError(L.MF_ERR_UNSUPPORTED, "MF_ERR_UNSUPPORTED", "moe: not in this library")
+    key = vx.device_key
+    be = backend(key)
+    need = ctypes.c_size_t(0)
+    with be.lock, _on_device(key):
+        _raise_for(lib.mf_moe_workspace(be.handle, ctypes.byref(args), ctypes.byref(need)))
+    if workspace is None:
+        workspace = T.empty_like_kind(x, (need.value // 4 + 1,), dtype_of=_I32Like(x))
+    wv = T.view(workspace, "moe: workspace", writable=True)
+    views.append(wv)
+    args.workspace = wv.t.data
+    nbytes = workspace.numel() * workspace.element_size() if T.is_torch(workspace) else workspace.nbytes
+    args.workspace_bytes = min(need.value, nbytes)  # too small: the library says so
+    _call("moe", "mf_moe", args, views)
+    return out
+
+
+class _I32Like:
+    """dtype_of for empty_like_kind: int32 of x's kind (numpy or torch)."""
+
+    def __init__(self, x):
+        if T.is_torch(x):
+            self.dtype = T.torch_module().int32
+        else:
+            import numpy as np
+            self.dtype = np.int32

@@ -107,6 +107,28 @@ class SoftmaxArgs(ctypes.Structure):
     ]
 
 
+# mf_moe_ffn, mf_moe_score, mf_moe_order
+MF_MOE_FFN_SWIGLU = 0
+MF_MOE_FFN_GELU = 1
+MF_MOE_SCORE_SOFTMAX = 0
+MF_MOE_SCORE_SIGMOID = 1
+MF_MOE_SCORE_THEN_TOPK = 0
+MF_MOE_TOPK_THEN_SCORE = 1
+
+
+class MoeArgs(ctypes.Structure):
+    _fields_ = [
+        ("x", Tensor), ("w_router", Tensor), ("w1", Tensor), ("w2", Tensor),
+        ("ffn", ctypes.c_int), ("top_k", ctypes.c_int32),
+        ("score", ctypes.c_int), ("order", ctypes.c_int),
+        ("renorm", ctypes.c_bool), ("routed_scale", ctypes.c_float),
+        ("shared_w1", TensorP), ("shared_w2", TensorP), ("shared_gate", TensorP),
+        ("residual", TensorP),
+        ("out", Tensor),
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
 # ---- the library ----------------------------------------------------------------
 
 _c_status = ctypes.c_int
@@ -131,11 +153,13 @@ _PROTOTYPES = {
     "mf_embed": (_c_status, [_vp, ctypes.POINTER(EmbedArgs)]),
     "mf_add": (_c_status, [_vp, ctypes.POINTER(AddArgs)]),
     "mf_softmax": (_c_status, [_vp, ctypes.POINTER(SoftmaxArgs)]),
+    "mf_moe": (_c_status, [_vp, ctypes.POINTER(MoeArgs)]),
+    "mf_moe_workspace": (_c_status, [_vp, ctypes.POINTER(MoeArgs), ctypes.POINTER(ctypes.c_size_t)]),
 }
 
 # Functions that may be missing from an older or partial build: their wrappers
 # raise UnsupportedError instead of the import failing.
-_OPTIONAL = {"mf_softmax"}
+_OPTIONAL = {"mf_softmax", "mf_moe", "mf_moe_workspace"}
 
 _lock = threading.Lock()
 _lib = None
@@ -217,4 +241,7 @@ LAYOUT = {
     "mf_embed_args": (EmbedArgs, ["ids", "table", "y"]),
     "mf_add_args": (AddArgs, ["a", "b", "y", "alpha", "beta"]),
     "mf_softmax_args": (SoftmaxArgs, ["x", "y", "scale", "causal", "key_lens", "bias"]),
+    "mf_moe_args": (MoeArgs, ["x", "w_router", "w1", "w2", "ffn", "top_k", "score", "order", "renorm",
+                              "routed_scale", "shared_w1", "shared_w2", "shared_gate", "residual", "out",
+                              "workspace", "workspace_bytes"]),
 }

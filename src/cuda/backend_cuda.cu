@@ -45,6 +45,7 @@ static void ctx_release(mf_cuda_ctx *c) {
     mf_cuda_gemm_release(c); // its descriptors belong to c->lt
     mf_cuda_softmax_release(c);
     if (c->lt) cublasLtDestroy(c->lt);
+    mf_cuda_moe_release(c);
     if (c->workspace) cudaFree(c->workspace);
     if (c->err_count) cudaFree(c->err_count);
     if (c->err_host) cudaFreeHost(c->err_host);
@@ -252,6 +253,10 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->graph_launch = mf_cuda_graph_launch;
     be->graph_free = mf_cuda_graph_free;
     be->argmax = mf_cuda_argmax;
+    be->moe_router = mf_cuda_moe_router;
+    be->moe_permute = mf_cuda_moe_permute;
+    be->moe_combine = mf_cuda_moe_combine;
+    be->moe_experts = mf_cuda_moe_experts; // the cuBLASLt loop, or grouped with MINFER_MOE_GEMM=grouped
     *out = be;
     return MF_OK;
 }

@@ -38,6 +38,7 @@ struct mf_cuda_ctx {
     bool capturing;           // between graph_begin and graph_end
     mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
     mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
+    void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
 };
 
 static inline mf_cuda_ctx *mf_cuda_ctx_of(mf_backend *be) { return static_cast<mf_cuda_ctx *>(be->ctx); }
@@ -106,6 +107,11 @@ void mf_cuda_graph_free(mf_backend *be, void *graph);
 void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
 void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
 mf_status mf_cuda_argmax(mf_backend *be, const mf_argmax_args *args);   // argmax.cu
+mf_status mf_cuda_moe_router(mf_backend *be, const mf_moe_router_args *args);   // moe.cu
+mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.cu
+mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu
+mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
+void mf_cuda_moe_release(mf_cuda_ctx *c); // moe.cu: frees c->cublas
 }
 
 // ---- device helpers -------------------------------------------------------------------

@@ -1,0 +1,517 @@
+// Mixture-of-Experts parts on CUDA: the fused router (softmax / sigmoid +
+// top-k + renorm + scale), the stable counting-sort permutation, the gather of
+// x into expert-contiguous rows, and the combine (+ residual, + gated shared
+// expert). The expert FFNs are the per-expert cuBLASLt loop of src/ops/moe.c
+// (be->moe_experts stays NULL): one device-to-host read of the E + 1 offsets
+// per layer sizes the GEMMs, and each non-empty expert's weights are read
+// once per GEMM, so a decode step (<= ~16 assignments) reads each selected
+// expert's bytes once. UNVERIFIED on a GPU (compile-checked for sm_80, sm_90a).
+//
+// Every formula matches src/cpu/moe.c: selection compares the logits
+// (NaN ranks as -inf; equal keys go to the lower expert), softmax is
+// exp(l - max) / sum with precise expf, weights in f32. Only the order of the
+// softmax denominator's sum differs (a warp tree here, index order there).
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include <cublas_v2.h>
+
+#include "cuda/common.cuh"
+#include "ops/act_math.h"
+#include "ops/moe_loop.h"
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+// ---- router ------------------------------------------------------------------------
+
+constexpr int kRouterWarps = 4;   // tokens per block
+constexpr int kRouterPerLane = 8; // E <= 32 * 8 = 256 logits per token
+static_assert(kRouterPerLane * 32 == 256, "the router holds up to 256 experts in registers");
+
+struct RouterParams {
+    const void *logits; // (T, E), row stride ls
+    int64_t ls;
+    int ldt;            // mf_dtype of logits
+    int32_t *ids;       // (T, k) out
+    float *w;           // (T, k) out
+    int64_t T;
+    int E, k;
+    int score, order;   // mf_moe_score, mf_moe_order
+    bool renorm;
+    float scale;
+};
+
+__device__ __forceinline__ float rank_key(float v) { return isnan(v) ? -INFINITY : v; }
+
+// One warp per token (grid-stride over tokens): lane holds logits lane + 32 j,
+// j < 8. k rounds of a warp argmax over (key, index) pairs pick the experts
+// (larger key first, equal keys to the lower index); the owner lane marks
+// its pick taken and broadcasts the raw logit. Lane 0 writes the k weights.
+__global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(RouterParams p) {
+    const int lane = threadIdx.x & 31;
+    const int64_t step = (int64_t)gridDim.x * kRouterWarps;
+    for (int64_t t = (int64_t)blockIdx.x * kRouterWarps + (threadIdx.x >> 5); t < p.T; t += step) {
+        float l[kRouterPerLane];
+        unsigned taken = 0; // bit j: expert lane + 32 j chosen already, or absent
+#pragma unroll
+        for (int j = 0; j < kRouterPerLane; j++) {
+            const int e = lane + 32 * j;
+            l[j] = e < p.E ? mf_ld(p.logits, p.ldt, t * p.ls + e) : -INFINITY;
+            if (e >= p.E) taken |= 1u << j;
+        }
+        int sel[8];
+        float sl[8];
+        for (int r = 0; r < p.k; r++) {
+            float bk = -INFINITY;
+            int bi = INT_MAX; // INT_MAX: no candidate (ranks below everything)
+#pragma unroll
+            for (int j = 0; j < kRouterPerLane; j++) {
+                if ((taken >> j) & 1u) continue;
+                const float key = rank_key(l[j]);
+                if (bi == INT_MAX || key > bk) bk = key, bi = lane + 32 * j;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ok = __shfl_xor_sync(kFull, bk, o);
+                const int oi = __shfl_xor_sync(kFull, bi, o);
+                if (oi != INT_MAX && (bi == INT_MAX || ok > bk || (ok == bk && oi < bi))) bk = ok, bi = oi;
+            }
+            const int owner = bi & 31, slot = bi >> 5; // bi is the same in every lane now
+            float raw = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kRouterPerLane; j++)
+                if (j == slot) raw = l[j];
+            raw = __shfl_sync(kFull, raw, owner);
+            if (lane == owner) taken |= 1u << slot;
+            sel[r] = bi, sl[r] = raw;
+        }
+        const bool first = p.order == MF_MOE_SCORE_THEN_TOPK;
+        float m = -INFINITY, z = 0.0f;
+        if (p.score == MF_MOE_SCORE_SOFTMAX) {
+            if (first) {
+#pragma unroll
+                for (int j = 0; j < kRouterPerLane; j++)
+                    if (lane + 32 * j < p.E) m = fmaxf(m, l[j]);
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
+#pragma unroll
+                for (int j = 0; j < kRouterPerLane; j++)
+                    if (lane + 32 * j < p.E) z += m == -INFINITY ? 0.0f : expf(l[j] - m);
+                z = mf_warp_sum(z);
+            } else {
+                for (int r = 0; r < p.k; r++) m = fmaxf(m, sl[r]);
+                for (int r = 0; r < p.k; r++) z += m == -INFINITY ? 0.0f : expf(sl[r] - m);
+            }
+        }
+        if (lane == 0) {
+            float wt[8], sum = 0.0f;
+            for (int r = 0; r < p.k; r++) {
+                if (p.score == MF_MOE_SCORE_SOFTMAX)
+                    wt[r] = m == -INFINITY ? 0.0f : expf(sl[r] - m) / z;
+                else
+                    wt[r] = mf_act_sigmoid(sl[r]);
+            }
+            if (p.renorm) {
+                for (int r = 0; r < p.k; r++) sum += wt[r];
+                if (sum > 0.0f)
+                    for (int r = 0; r < p.k; r++) wt[r] /= sum;
+            }
+            for (int r = 0; r < p.k; r++) {
+                p.ids[t * p.k + r] = sel[r];
+                p.w[t * p.k + r] = wt[r] * p.scale;
+            }
+        }
+    }
+}
+
+// ---- permutation ------------------------------------------------------------------------
+
+constexpr int kPermThreads = 1024; // 32 warps
+constexpr int kPermWarps = kPermThreads / 32;
+constexpr int kPermBuckets = 257;  // E <= 256 experts + 1 bucket for out-of-range ids
+constexpr int64_t kPermMinChunk = 4096;
+
+struct PermParams {
+    const int32_t *ids; // (N) = (T, k) flattened
+    int32_t *offsets;   // (E + 1) out
+    int32_t *sorted;    // (N) out
+    int32_t *inv;       // (N) out
+    int64_t N, chunk;   // assignments; per block
+    int E;
+};
+
+__device__ __forceinline__ int bucket_of(int32_t id, int E) { return id >= 0 && id < E ? id : E; }
+
+// Warp-aggregated count of key b (-1: none) into hist: one shared atomic per
+// distinct key in the warp. Integer adds, so the counts do not depend on the
+// order in which they land.
+__device__ __forceinline__ void warp_count(int *hist, int b, int lane) {
+    const unsigned peers = __match_any_sync(kFull, b);
+    if (b >= 0 && lane == __ffs(peers) - 1) atomicAdd(&hist[b], __popc(peers));
+}
+
+// A deterministic, stable counting sort without global scratch. Block b owns
+// assignments [b * chunk, (b + 1) * chunk). It (1) counts every assignment by
+// bucket and those before its chunk (a second read of ids, which sit in L2:
+// 4 N bytes per block, blocks <= 2 per SM), (2) scans the totals into the
+// bucket starts (block 0 writes them as offsets), (3) walks its chunk in
+// tiles of 1024 in order: within a warp, __match_any_sync gives each lane
+// its rank among equal buckets; per-warp counts in shared memory give the
+// ranks across warps; a running cursor per bucket carries over tiles. So the
+// sorted row of assignment a = start[e] + (# of e before a): stable.
+__global__ void __launch_bounds__(kPermThreads) moe_permute_kernel(PermParams p) {
+    __shared__ int total[kPermBuckets], cursor[kPermBuckets];
+    __shared__ int wcount[kPermWarps][kPermBuckets];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nb = p.E + 1;
+    const int64_t c0 = (int64_t)blockIdx.x * p.chunk, c1 = min(p.N, c0 + p.chunk);
+    for (int i = tid; i < nb; i += kPermThreads) total[i] = 0, cursor[i] = 0;
+    __syncthreads();
+    // 1. Histograms: all assignments (total) and those before the chunk (cursor).
+    for (int64_t base = 0; base < p.N; base += kPermThreads) {
+        const int64_t a = base + tid;
+        const int b = a < p.N ? bucket_of(p.ids[a], p.E) : -1;
+        warp_count(total, b, lane);
+        warp_count(cursor, a < c0 ? b : -1, lane);
+    }
+    __syncthreads();
+    // 2. Exclusive scan of the totals by warp 0: lane i sums buckets [9i, 9i + 9).
+    if (warp == 0) {
+        constexpr int kPer = (kPermBuckets + 31) / 32;
+        int loc[kPer], s = 0;
+#pragma unroll
+        for (int j = 0; j < kPer; j++) {
+            const int e = lane * kPer + j;
+            loc[j] = e < nb ? total[e] : 0;
+            s += loc[j];
+        }
+        int incl = s;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(kFull, incl, o);
+            if (lane >= o) incl += v;
+        }
+        int run = incl - s;
+#pragma unroll
+        for (int j = 0; j < kPer; j++) {
+            const int e = lane * kPer + j;
+            if (e < nb) {
+                if (blockIdx.x == 0) p.offsets[e] = run; // offsets[E] = rows of valid ids
+                cursor[e] += run;
+            }
+            run += loc[j];
+        }
+    }
+    __syncthreads();
+    // 3. Stable scatter of this block's chunk, one tile of 1024 at a time.
+    for (int64_t s = c0; s < c1; s += kPermThreads) {
+        for (int i = tid; i < kPermWarps * kPermBuckets; i += kPermThreads) (&wcount[0][0])[i] = 0;
+        __syncthreads();
+        const int64_t a = s + tid;
+        const int b = a < c1 ? bucket_of(p.ids[a], p.E) : -1;
+        const unsigned peers = __match_any_sync(kFull, b);
+        const int rank = __popc(peers & ((1u << lane) - 1u));
+        if (b >= 0 && lane == __ffs(peers) - 1) wcount[warp][b] = __popc(peers);
+        __syncthreads();
+        if (b >= 0) {
+            int row = cursor[b] + rank;
+            for (int w = 0; w < warp; w++) row += wcount[w][b];
+            p.sorted[row] = (int32_t)a;
+            p.inv[a] = b == p.E ? -1 : row; // an out-of-range id: the combine skips it
+        }
+        __syncthreads();
+        for (int e = tid; e < nb; e += kPermThreads) {
+            int c = 0;
+            for (int w = 0; w < kPermWarps; w++) c += wcount[w][e];
+            cursor[e] += c;
+        }
+        __syncthreads();
+    }
+}
+
+// ---- gather -----------------------------------------------------------------------------
+
+struct GatherParams {
+    const char *x;          // (T, H), row stride x_rs bytes
+    char *xs;               // (N, H), row stride xs_rs bytes
+    int64_t x_rs, xs_rs;
+    const int32_t *sorted;  // (N)
+    int64_t N, row_bytes;   // H * element size
+    int k;
+    bool vec;               // 16-byte pieces: row_bytes % 16 == 0 and every row 16-byte aligned
+};
+
+// Grid-stride over (row, 16-byte piece) pairs (2- or 4-byte pieces when not
+// aligned): xs[r] = x[sorted[r] / k]. A pure copy, so dtype-free.
+__global__ void moe_gather_kernel(GatherParams p) {
+    const int64_t step = (int64_t)gridDim.x * blockDim.x, tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t piece = p.vec ? 16 : (p.row_bytes % 4 == 0 ? 4 : 2);
+    const int64_t ppr = p.row_bytes / piece, total = p.N * ppr;
+    for (int64_t i = tid; i < total; i += step) {
+        const int64_t r = i / ppr, c = (i - r * ppr) * piece;
+        const char *src = p.x + (int64_t)(p.sorted[r] / p.k) * p.x_rs + c;
+        char *dst = p.xs + r * p.xs_rs + c;
+        if (piece == 16)
+            *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+        else if (piece == 4)
+            *reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<const uint32_t *>(src);
+        else
+            *reinterpret_cast<uint16_t *>(dst) = *reinterpret_cast<const uint16_t *>(src);
+    }
+}
+
+// ---- combine ----------------------------------------------------------------------------
+
+struct CombineParams {
+    const void *ys;       // (N, H), row stride ys_rs
+    const int32_t *inv;   // (T * k)
+    const float *w;       // (T, k)
+    const void *sh;       // (T, H) or NULL
+    const void *sg;       // (T, 1) or NULL
+    const void *res;      // (T, H) or NULL; may be out
+    void *out;            // (T, H)
+    int64_t ys_rs, sh_rs, sg_rs, res_rs, out_rs;
+    int ydt, shdt, sgdt, rdt, odt;
+    int64_t T, H, N;
+    int k;
+    bool vec;             // 8-element chunks: H % 8 == 0, every row 16-byte aligned
+};
+
+// Grid-stride over (token, 8-element chunk) pairs (single elements when not
+// vec): out = residual + sum_j w_j ys[inv[t, j]] + sigmoid(g_t) shared, in
+// that order, in f32. Each output element has one writer: no atomics.
+__global__ void moe_combine_kernel(CombineParams p) {
+    const int64_t step = (int64_t)gridDim.x * blockDim.x, tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t width = p.vec ? kMfVec : 1, cpr = p.H / width, total = p.T * cpr;
+    for (int64_t i = tid; i < total; i += step) {
+        const int64_t t = i / cpr, c = (i - t * cpr) * width;
+        float acc[kMfVec], v[kMfVec];
+        if (p.vec) {
+            if (p.res) {
+                mf_ld8(p.res, p.rdt, t * p.res_rs + c, acc);
+            } else {
+#pragma unroll
+                for (int e = 0; e < kMfVec; e++) acc[e] = 0.0f;
+            }
+        } else {
+            acc[0] = p.res ? mf_ld(p.res, p.rdt, t * p.res_rs + c) : 0.0f;
+        }
+        for (int j = 0; j < p.k; j++) {
+            const int32_t r = p.inv[t * p.k + j];
+            if (r < 0 || r >= p.N) continue;
+            const float wj = p.w[t * p.k + j];
+            if (p.vec) {
+                mf_ld8(p.ys, p.ydt, r * p.ys_rs + c, v);
+#pragma unroll
+                for (int e = 0; e < kMfVec; e++) acc[e] += wj * v[e];
+            } else {
+                acc[0] += wj * mf_ld(p.ys, p.ydt, r * p.ys_rs + c);
+            }
+        }
+        if (p.sh) {
+            const float g = p.sg ? mf_act_sigmoid(mf_ld(p.sg, p.sgdt, t * p.sg_rs)) : 1.0f;
+            if (p.vec) {
+                mf_ld8(p.sh, p.shdt, t * p.sh_rs + c, v);
+#pragma unroll
+                for (int e = 0; e < kMfVec; e++) acc[e] += g * v[e];
+            } else {
+                acc[0] += g * mf_ld(p.sh, p.shdt, t * p.sh_rs + c);
+            }
+        }
+        if (p.vec)
+            mf_st8(p.out, p.odt, t * p.out_rs + c, acc);
+        else
+            mf_st(p.out, p.odt, t * p.out_rs + c, acc[0]);
+    }
+}
+
+// Rows of a 2-D view can be read in 16-byte pieces.
+bool rows_aligned16(const mf_tensor *t) {
+    const int64_t esz = (int64_t)mf_dtype_size(t->dtype);
+    return mf_aligned16(t->data) && (t->shape[0] <= 1 || (t->stride[0] * esz) % 16 == 0);
+}
+
+} // namespace
+
+extern "C" mf_status mf_cuda_moe_router(mf_backend *be, const mf_moe_router_args *a) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    RouterParams p = {};
+    p.logits = a->logits.data, p.ls = a->logits.stride[0], p.ldt = a->logits.dtype;
+    p.ids = static_cast<int32_t *>(a->ids.data), p.w = static_cast<float *>(a->weights.data);
+    p.T = a->logits.shape[0], p.E = (int)a->logits.shape[1], p.k = (int)a->ids.shape[1];
+    p.score = a->score, p.order = a->order, p.renorm = a->renorm, p.scale = a->routed_scale;
+    const unsigned grid = mf_cuda_grid(c, (p.T + kRouterWarps - 1) / kRouterWarps);
+    moe_router_kernel<<<grid, kRouterWarps * 32, 0, c->stream>>>(p);
+    MF_CUDA_CHECK_LAUNCH("moe_router_kernel");
+    return MF_OK;
+}
+
+extern "C" mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *a) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    const int64_t N = a->ids.shape[0] * a->ids.shape[1];
+    if (N == 0) { // no assignment: every expert starts (and ends) at row 0
+        MF_CUDA_TRY(cudaMemsetAsync(a->offsets.data, 0, (size_t)(a->n_experts + 1) * sizeof(int32_t), c->stream));
+        return MF_OK;
+    }
+    PermParams p = {};
+    p.ids = static_cast<const int32_t *>(a->ids.data), p.offsets = static_cast<int32_t *>(a->offsets.data);
+    p.sorted = static_cast<int32_t *>(a->sorted.data), p.inv = static_cast<int32_t *>(a->inv.data);
+    p.N = N, p.E = a->n_experts;
+    // At most two blocks per SM: each block reads all N ids once more.
+    const int64_t max_blocks = 2 * (int64_t)c->sm_count;
+    p.chunk = (N + max_blocks - 1) / max_blocks;
+    if (p.chunk < kPermMinChunk) p.chunk = kPermMinChunk;
+    const unsigned grid = (unsigned)((N + p.chunk - 1) / p.chunk);
+    moe_permute_kernel<<<grid, kPermThreads, 0, c->stream>>>(p);
+    MF_CUDA_CHECK_LAUNCH("moe_permute_kernel");
+    if (!a->x) return MF_OK;
+    GatherParams g = {};
+    const int64_t esz = (int64_t)mf_dtype_size(a->x->dtype);
+    g.x = static_cast<const char *>(a->x->data), g.xs = static_cast<char *>(a->xs->data);
+    g.x_rs = a->x->stride[0] * esz, g.xs_rs = a->xs->stride[0] * esz;
+    g.sorted = p.sorted, g.N = N, g.row_bytes = a->x->shape[1] * esz, g.k = (int)a->ids.shape[1];
+    g.vec = g.row_bytes % 16 == 0 && rows_aligned16(a->x) && rows_aligned16(a->xs);
+    if (g.row_bytes == 0) return MF_OK;
+    const int64_t piece = g.vec ? 16 : (g.row_bytes % 4 == 0 ? 4 : 2);
+    moe_gather_kernel<<<mf_cuda_grid(c, (N * (g.row_bytes / piece) + 255) / 256), 256, 0, c->stream>>>(g);
+    MF_CUDA_CHECK_LAUNCH("moe_gather_kernel");
+    return MF_OK;
+}
+
+extern "C" mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *a) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    CombineParams p = {};
+    p.ys = a->ys.data, p.ys_rs = a->ys.stride[0], p.ydt = a->ys.dtype;
+    p.inv = static_cast<const int32_t *>(a->inv.data), p.w = static_cast<const float *>(a->weights.data);
+    p.out = a->out.data, p.out_rs = a->out.stride[0], p.odt = a->out.dtype;
+    p.T = a->out.shape[0], p.H = a->out.shape[1], p.N = a->ys.shape[0], p.k = (int)a->weights.shape[1];
+    p.vec = p.H % kMfVec == 0 && rows_aligned16(&a->ys) && rows_aligned16(&a->out);
+    if (a->shared) {
+        p.sh = a->shared->data, p.sh_rs = a->shared->stride[0], p.shdt = a->shared->dtype;
+        p.vec = p.vec && rows_aligned16(a->shared);
+    }
+    if (a->shared_gate) p.sg = a->shared_gate->data, p.sg_rs = a->shared_gate->stride[0], p.sgdt = a->shared_gate->dtype;
+    if (a->residual) {
+        p.res = a->residual->data, p.res_rs = a->residual->stride[0], p.rdt = a->residual->dtype;
+        p.vec = p.vec && rows_aligned16(a->residual);
+    }
+    const int64_t items = p.T * (p.vec ? p.H / kMfVec : p.H);
+    moe_combine_kernel<<<mf_cuda_grid(c, (items + 255) / 256), 256, 0, c->stream>>>(p);
+    MF_CUDA_CHECK_LAUNCH("moe_combine_kernel");
+    return MF_OK;
+}
+
+// ---- experts: cublasGemmGroupedBatchedEx ------------------------------------------------
+
+namespace {
+
+cudaDataType_t cu_type(int dt) {
+    return dt == MF_DTYPE_F16 ? CUDA_R_16F : dt == MF_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+#define MF_CUBLAS_V2_TRY(call)                                                                        \
+    do {                                                                                              \
+        cublasStatus_t mf_cb_s_ = (call);                                                             \
+        if (mf_cb_s_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+            (void)cudaGetLastError();                                                                 \
+            return mf_fail(MF_ERR_CUDA, "cublas: %s failed: %s", #call, cublasGetStatusString(mf_cb_s_)); \
+        }                                                                                             \
+    } while (0)
+
+// One grouped GEMM over the G non-empty experts, row-major
+//   C_g (n_g, N) = A_g (n_g, K) . W_g^T,  W_g (N, K) rows of stride ldw
+// as cuBLAS column-major C_g^T (N, n_g) = op_T(W_g as (K, N)) . A_g^T (K, n_g).
+// The 3 G pointers go through `ptrs` (device, 3 * 256 entries), copied from
+// the host on the stream (pageable: staged before the call returns).
+mf_status grouped_gemm(mf_cuda_ctx *c, int G, const int *rows, const void *const *a, int lda, const void *const *w,
+                       int ldw, void *const *cc, int ldc, int N, int K, cudaDataType_t type, void **ptrs) {
+    const void *host[3 * 256] = {}; // unused entries copied too (one 6 KB copy)
+    for (int g = 0; g < G; g++) host[g] = w[g], host[256 + g] = a[g], host[512 + g] = cc[g];
+    MF_CUDA_TRY(cudaMemcpyAsync(ptrs, host, sizeof host, cudaMemcpyHostToDevice, c->stream));
+    cublasOperation_t ta[256], tb[256];
+    int m[256], n[256], k[256], la[256], lb[256], lc[256], gs[256];
+    float alpha[256], beta[256];
+    for (int g = 0; g < G; g++) {
+        ta[g] = CUBLAS_OP_T, tb[g] = CUBLAS_OP_N;
+        m[g] = N, n[g] = rows[g], k[g] = K;
+        la[g] = ldw, lb[g] = lda, lc[g] = ldc, gs[g] = 1;
+        alpha[g] = 1.0f, beta[g] = 0.0f;
+    }
+    cublasHandle_t h = static_cast<cublasHandle_t>(c->cublas);
+    MF_CUBLAS_V2_TRY(cublasGemmGroupedBatchedEx(h, ta, tb, m, n, k, alpha, (const void *const *)ptrs, type, la,
+                                                (const void *const *)(ptrs + 256), type, lb, beta,
+                                                (void *const *)(ptrs + 512), type, lc, G, gs, CUBLAS_COMPUTE_32F));
+    return MF_OK;
+}
+
+} // namespace
+
+extern "C" void mf_cuda_moe_release(mf_cuda_ctx *c) {
+    if (c && c->cublas) cublasDestroy(static_cast<cublasHandle_t>(c->cublas));
+    if (c) c->cublas = nullptr;
+}
+
+extern "C" mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *p) {
+    const char *mode = getenv("MINFER_MOE_GEMM");
+    if (!mode || strcmp(mode, "grouped") != 0) return mf_moe_experts_loop(be, p);
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    // Pointer arrays live at the start of the cuBLASLt workspace: stream-ordered
+    // between GEMMs, so no Lt call is using it meanwhile.
+    if (c->workspace_bytes < 3 * 256 * sizeof(void *))
+        return mf_fail(MF_ERR_UNSUPPORTED, "moe_experts: grouped GEMM needs %zu bytes of cuBLAS workspace, have %zu",
+                       3 * 256 * sizeof(void *), c->workspace_bytes);
+    if (!c->cublas) {
+        cublasHandle_t h = nullptr;
+        MF_CUBLAS_V2_TRY(cublasCreate(&h));
+        c->cublas = h;
+    }
+    cublasHandle_t h = static_cast<cublasHandle_t>(c->cublas);
+    MF_CUBLAS_V2_TRY(cublasSetStream(h, c->stream));
+    int32_t buf[257];
+    const int32_t *o = nullptr;
+    MF_TRY(mf_moe_host_offsets(be, p, buf, &o));
+    const int E = (int)p->w1.shape[0];
+    const int64_t H = p->x.shape[1], rows1 = p->h.shape[1];
+    const bool glu = p->ffn == MF_MOE_FFN_SWIGLU;
+    const int64_t I = glu ? rows1 / 2 : rows1;
+    const size_t es = mf_dtype_size(p->x.dtype);
+    const cudaDataType_t type = cu_type(p->x.dtype);
+    int G = 0, rows[256];
+    const void *xa[256], *w1[256], *ha[256], *w2[256];
+    void *hc[256], *yc[256];
+    for (int e = 0; e < E; e++) {
+        const int n = o[e + 1] - o[e];
+        if (n == 0) continue;
+        rows[G] = n;
+        xa[G] = static_cast<const char *>(p->x.data) + (size_t)(o[e] * p->x.stride[0]) * es;
+        hc[G] = static_cast<char *>(p->h.data) + (size_t)(o[e] * p->h.stride[0]) * es;
+        ha[G] = hc[G];
+        yc[G] = static_cast<char *>(p->y.data) + (size_t)(o[e] * p->y.stride[0]) * es;
+        w1[G] = static_cast<const char *>(p->w1.data) + (size_t)(e * p->w1.stride[0]) * es;
+        w2[G] = static_cast<const char *>(p->w2.data) + (size_t)(e * p->w2.stride[0]) * es;
+        G++;
+    }
+    if (G == 0) return MF_OK;
+    const int64_t lim = INT_MAX;
+    if (p->x.stride[0] > lim || p->h.stride[0] > lim || p->y.stride[0] > lim || p->w1.stride[1] > lim ||
+        p->w2.stride[1] > lim || rows1 > lim || H > lim)
+        return mf_fail(MF_ERR_UNSUPPORTED, "moe_experts: grouped GEMM takes 32-bit sizes and strides");
+    void **ptrs = static_cast<void **>(c->workspace);
+    MF_TRY(grouped_gemm(c, G, rows, xa, (int)p->x.stride[0], w1, (int)p->w1.stride[1], hc, (int)p->h.stride[0],
+                        (int)rows1, (int)H, type, ptrs));
+    // The activation over every routed row at once (GELU too: no grouped epilogue).
+    mf_tensor hv = p->h;
+    hv.data = static_cast<char *>(p->h.data) + (size_t)(o[0] * p->h.stride[0]) * es;
+    hv.shape[0] = o[E] - o[0];
+    mf_tensor gate = hv, up = hv;
+    gate.shape[1] = I, up.shape[1] = I;
+    up.data = static_cast<char *>(hv.data) + (size_t)I * es;
+    mf_act_args act = {};
+    act.x = gate, act.y = gate, act.up = glu ? &up : nullptr, act.kind = glu ? MF_ACT_SILU : MF_ACT_GELU_TANH;
+    MF_TRY(mf_cuda_act(be, &act));
+    MF_TRY(grouped_gemm(c, G, rows, ha, (int)p->h.stride[0], w2, (int)p->w2.stride[1], yc, (int)p->y.stride[0],
+                        (int)H, (int)I, type, ptrs));
+    return MF_OK;
+}

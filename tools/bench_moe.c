@@ -1,0 +1,483 @@
+// `minfer bench moe`: the MoE layer by parts on the brief's grid, experts
+// {8, 16, 32, 64} x top-k {2, 4, 8} x hidden {2048, 4096, 8192} x batch
+// {1, 4, 16, 32} (prefill: x seq 2048 tokens per sequence; decode: one token
+// per sequence), FFN width 1.75 x hidden (Mixtral's 14336 / 8192; 7168 at
+// 4096), SwiGLU, even and Zipf-skewed routing. Per case:
+//   router (logits GEMM + fused top-k), permute (sort + gather), experts
+//   (the per-expert GEMM loop, its offsets read-back included), combine:
+//   p50 microseconds each and as % of their sum (the layer);
+//   expert-GEMM TFLOP/s and % of one dense GEMM of the same FLOPs
+//   (m = T k, n = 3 I, k = H) timed in the same run;
+//   decode: GB/s of the selected experts' weight bytes read by the expert
+//   part and % of the device-to-device copy bandwidth;
+//   CUDA: the expert part again with cublasGemmGroupedBatchedEx
+//   (MINFER_MOE_GEMM=grouped) in the same run, as grouped_us / TFLOP/s.
+// The routed ids are planted (even: assignment a goes to expert a mod E;
+// zipf: k distinct experts per token drawn with p(e) ~ 1 / (e + 1)), so the
+// router is timed on its own logits and the rest on a known routing.
+// Without --full: on CUDA the goal shape (hidden 4096, 32 experts, top-2,
+// batch 16 prefill) and decode batches 1 and 16 of it plus a few neighbours;
+// on the CPU a tiny shape (hidden 256) so that it runs in seconds.
+#define _POSIX_C_SOURCE 200809L // setenv
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "bench_util.h"
+#include "core/error.h"
+#ifdef MF_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+typedef struct {
+    const char *backend;
+    mf_dtype dt;
+    bool full, prefill, decode, even, zipf;
+    int warmup, iters;
+    int64_t seq;      // tokens per sequence in prefill (default 2048; CPU 16)
+    int64_t hidden;   // > 0: only this hidden size
+    double max_mb;
+    mf_bench_format fmt;
+    const char *csv;
+} moe_opts;
+
+typedef struct {
+    const char *mode; // "prefill" | "decode"
+    int E, k;
+    int64_t H, I, batch, T;
+    bool zipf;
+} moe_case;
+
+typedef struct {
+    mf_backend *be;
+    mf_gemm_args logits_gemm, dense;
+    mf_moe_router_args router;
+    mf_moe_permute_args permute;
+    mf_moe_experts_args experts;
+    mf_moe_combine_args combine;
+    mf_tensor x, xs; // the permutation's gather views
+} moe_state;
+
+static mf_status run_router(void *arg) {
+    moe_state *s = arg;
+    MF_TRY(mf_gemm(s->be, &s->logits_gemm));
+    return mf_moe_router(s->be, &s->router);
+}
+static mf_status run_permute(void *arg) {
+    moe_state *s = arg;
+    return mf_moe_permute(s->be, &s->permute);
+}
+static mf_status run_experts(void *arg) {
+    moe_state *s = arg;
+    return mf_moe_experts(s->be, &s->experts);
+}
+static mf_status run_combine(void *arg) {
+    moe_state *s = arg;
+    return mf_moe_combine(s->be, &s->combine);
+}
+static mf_status run_dense(void *arg) {
+    moe_state *s = arg;
+    return mf_gemm(s->be, &s->dense);
+}
+
+static uint64_t rng_next(uint64_t *x) {
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return *x;
+}
+
+// Planted routing into ids[T * k]; returns the number of distinct experts used.
+static int plant_ids(int32_t *ids, int64_t T, int k, int E, bool zipf, uint64_t seed) {
+    bool used[256] = {false};
+    double cdf[257];
+    cdf[0] = 0;
+    for (int e = 0; e < E; e++) cdf[e + 1] = cdf[e] + 1.0 / (e + 1);
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t t = 0; t < T; t++)
+        for (int j = 0; j < k; j++) {
+            int e = (int)((t * k + j) % E);
+            if (zipf) {
+                bool dup = true;
+                while (dup) {
+                    const double u = (double)(rng_next(&x) >> 11) * 0x1.0p-53 * cdf[E];
+                    e = 0;
+                    while (e < E - 1 && cdf[e + 1] <= u) e++;
+                    dup = false;
+                    for (int i = 0; i < j; i++) dup |= ids[t * k + i] == e;
+                }
+            }
+            ids[t * k + j] = e;
+            used[e] = true;
+        }
+    int n = 0;
+    for (int e = 0; e < E; e++) n += used[e];
+    return n;
+}
+
+static mf_status upload_random(mf_backend *be, void *dst, mf_dtype dt, int64_t n, float scale, uint64_t seed) {
+    const int64_t blk = n < ((int64_t)1 << 22) ? n : ((int64_t)1 << 22);
+    const size_t es = mf_dtype_size(dt);
+    void *h = malloc((size_t)blk * es);
+    if (!h) return mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
+    mf_bench_fill_random(h, dt, blk, -scale, scale, seed);
+    mf_status st = MF_OK;
+    for (int64_t i = 0; i < n && st == MF_OK; i += blk) {
+        const int64_t m = n - i < blk ? n - i : blk;
+        st = mf_backend_copy(be, (char *)dst + (size_t)i * es, h, (size_t)m * es, MF_COPY_H2D);
+    }
+    free(h);
+    return st;
+}
+
+static mf_tensor view(void *data, mf_dtype dt, mf_device dev, int nd, int64_t d0, int64_t d1, int64_t d2) {
+    mf_tensor t;
+    const int64_t shape[3] = {d0, d1, d2};
+    mf_tensor_make(&t, data, dt, dev, nd, shape);
+    return t;
+}
+
+enum { NCOLS = 26 };
+static const char *const col_names[NCOLS] = {
+    "mode", "routing", "experts", "top_k", "hidden", "ffn", "batch", "tokens", "dtype", "router_us", "permute_us",
+    "experts_us", "combine_us", "layer_us", "overhead_%", "expert_TFLOP/s", "dense_TFLOP/s", "%dense",
+    "experts_used", "weight_GB/s", "%copy", "grouped_us", "grouped_TFLOP/s", "device", "copy_GB/s", "date"};
+
+static double p50_of(mf_bench_timer *tm, mf_bench_fn fn, void *arg, const moe_opts *o, double *samples, mf_status *st) {
+    if (*st != MF_OK) return NAN;
+    *st = mf_bench_sample(tm, fn, arg, o->warmup, o->iters, samples);
+    return *st == MF_OK ? mf_bench_stats_of(samples, o->iters).p50 : NAN;
+}
+
+static void fmt(char *b, double v, int prec) {
+    if (v != v)
+        snprintf(b, 192, "-");
+    else
+        snprintf(b, 192, "%.*f", prec, v);
+}
+
+static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *o, const moe_case *c,
+                            const char *device, double copy, const char *date, mf_bench_table *tab) {
+    const mf_dtype dt = o->dt;
+    const mf_device dev = mf_backend_device(be);
+    const int64_t T = c->T, H = c->H, I = c->I, E = c->E, k = c->k, N = T * k;
+    const size_t es = mf_dtype_size(dt);
+    const double w_mb = (double)(E * 3 * I * H) * (double)es / 1e6;
+    const double a_mb = ((double)T * H * 2 + (double)N * (H + 2 * I) + (double)N * 3 * I) * (double)es / 1e6 +
+                        (double)(H * 3 * I) * (double)es / 1e6;
+    if (w_mb + a_mb > o->max_mb) {
+        fprintf(stderr, "bench moe: skipping %s E=%d k=%d H=%lld batch=%lld: needs %.0f MB (budget %.0f MB)\n", c->mode,
+                c->E, c->k, (long long)H, (long long)c->batch, w_mb + a_mb, o->max_mb);
+        return MF_OK;
+    }
+    void *x = NULL, *wr = NULL, *w1 = NULL, *w2 = NULL, *logits = NULL, *ids = NULL, *wts = NULL, *off = NULL,
+         *sorted = NULL, *inv = NULL, *xs = NULL, *h = NULL, *out = NULL, *wd = NULL, *cd = NULL, *rids = NULL,
+         *rw = NULL;
+    int32_t *ids_h = malloc((size_t)N * sizeof(int32_t));
+    double *samples = calloc((size_t)o->iters, sizeof(double));
+    mf_status st = ids_h && samples ? MF_OK : mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
+    struct {
+        void **p;
+        size_t bytes;
+    } al[] = {{&x, (size_t)(T * H) * es},       {&wr, (size_t)(E * H) * es},     {&w1, (size_t)(E * 2 * I * H) * es},
+              {&w2, (size_t)(E * H * I) * es},  {&logits, (size_t)(T * E) * 4}, {&ids, (size_t)N * 4},
+              {&wts, (size_t)N * 4},            {&off, (size_t)(E + 1) * 4},    {&sorted, (size_t)N * 4},
+              {&inv, (size_t)N * 4},            {&xs, (size_t)(N * H) * es},    {&h, (size_t)(N * 2 * I) * es},
+              {&out, (size_t)(T * H) * es},     {&wd, (size_t)(H * 3 * I) * es}, {&cd, (size_t)(N * 3 * I) * es},
+              {&rids, (size_t)N * 4},           {&rw, (size_t)N * 4}};
+    for (size_t i = 0; i < sizeof al / sizeof al[0] && st == MF_OK; i++) st = mf_backend_alloc(be, al[i].bytes, al[i].p);
+    if (st == MF_OK) st = upload_random(be, x, dt, T * H, 1.0f, 1);
+    if (st == MF_OK) st = upload_random(be, wr, dt, E * H, 0.05f, 2);
+    if (st == MF_OK) st = upload_random(be, w1, dt, E * 2 * I * H, 0.02f, 3);
+    if (st == MF_OK) st = upload_random(be, w2, dt, E * H * I, 0.02f, 4);
+    if (st == MF_OK) st = upload_random(be, wd, dt, H * 3 * I, 0.02f, 5);
+    if (st == MF_OK) st = upload_random(be, wts, MF_DTYPE_F32, N, 0.5f, 6);
+    const int used = plant_ids(ids_h, T, c->k, c->E, c->zipf, (uint64_t)T * 31 + (uint64_t)E);
+    if (st == MF_OK) st = mf_backend_copy(be, ids, ids_h, (size_t)N * 4, MF_COPY_H2D);
+    moe_state s = {.be = be};
+    if (st == MF_OK) {
+        mf_tensor tx = view(x, dt, dev, 2, T, H, 1), twr = view(wr, dt, dev, 2, E, H, 1);
+        mf_tensor tl = view(logits, MF_DTYPE_F32, dev, 2, T, E, 1);
+        mf_tensor_transpose(&twr, 0, 1);
+        s.logits_gemm = (mf_gemm_args){.a = tx, .b = twr, .c = tl, .alpha = 1.0f};
+        // The router writes its own ids elsewhere: the permutation keeps the planted ones.
+        s.router = (mf_moe_router_args){.logits = tl, .ids = view(rids, MF_DTYPE_I32, dev, 2, T, k, 1),
+                                        .weights = view(rw, MF_DTYPE_F32, dev, 2, T, k, 1), .routed_scale = 1.0f,
+                                        .renorm = true};
+        mf_tensor txs = view(xs, dt, dev, 2, N, H, 1);
+        s.permute = (mf_moe_permute_args){.ids = view(ids, MF_DTYPE_I32, dev, 2, T, k, 1),
+                                          .offsets = view(off, MF_DTYPE_I32, dev, 1, E + 1, 1, 1),
+                                          .sorted = view(sorted, MF_DTYPE_I32, dev, 1, N, 1, 1),
+                                          .inv = view(inv, MF_DTYPE_I32, dev, 1, N, 1, 1), .x = NULL, .xs = NULL,
+                                          .n_experts = (int32_t)E};
+        s.x = tx, s.xs = txs;
+        s.permute.x = &s.x, s.permute.xs = &s.xs;
+        s.experts = (mf_moe_experts_args){.x = txs, .offsets = s.permute.offsets,
+                                          .w1 = view(w1, dt, dev, 3, E, 2 * I, H), .w2 = view(w2, dt, dev, 3, E, H, I),
+                                          .h = view(h, dt, dev, 2, N, 2 * I, 1), .y = txs, .ffn = MF_MOE_FFN_SWIGLU};
+        s.combine = (mf_moe_combine_args){.ys = txs, .inv = s.permute.inv,
+                                          .weights = view(wts, MF_DTYPE_F32, dev, 2, T, k, 1),
+                                          .out = view(out, dt, dev, 2, T, H, 1)};
+        mf_tensor twd = view(wd, dt, dev, 2, 3 * I, H, 1);
+        mf_tensor_transpose(&twd, 0, 1);
+        s.dense = (mf_gemm_args){.a = view(xs, dt, dev, 2, N, H, 1), .b = twd, .c = view(cd, dt, dev, 2, N, 3 * I, 1),
+                                 .alpha = 1.0f};
+    }
+    // The permutation first (the experts read its offsets), then each part on its own.
+    const double t_perm = p50_of(tm, run_permute, &s, o, samples, &st);
+    const double t_router = p50_of(tm, run_router, &s, o, samples, &st);
+    const double t_exp = p50_of(tm, run_experts, &s, o, samples, &st);
+    const double t_comb = p50_of(tm, run_combine, &s, o, samples, &st);
+    const double t_dense = p50_of(tm, run_dense, &s, o, samples, &st);
+    double t_grouped = NAN;
+    if (dev == MF_DEVICE_CUDA && st == MF_OK) { // the alternative expert path, same data
+        setenv("MINFER_MOE_GEMM", "grouped", 1);
+        t_grouped = p50_of(tm, run_experts, &s, o, samples, &st);
+        unsetenv("MINFER_MOE_GEMM");
+    }
+    if (st == MF_OK) {
+        const double flops = 2.0 * (double)N * (double)H * (double)(3 * I);
+        const double layer = t_router + t_perm + t_exp + t_comb;
+        const double wbytes = (double)used * 3.0 * (double)(I * H) * (double)es;
+        char cells[NCOLS][192];
+        snprintf(cells[0], 192, "%s", c->mode);
+        snprintf(cells[1], 192, "%s", c->zipf ? "zipf" : "even");
+        snprintf(cells[2], 192, "%d", c->E);
+        snprintf(cells[3], 192, "%d", c->k);
+        snprintf(cells[4], 192, "%lld", (long long)H);
+        snprintf(cells[5], 192, "%lld", (long long)I);
+        snprintf(cells[6], 192, "%lld", (long long)c->batch);
+        snprintf(cells[7], 192, "%lld", (long long)T);
+        snprintf(cells[8], 192, "%s", mf_dtype_name(dt));
+        fmt(cells[9], t_router, 1);
+        fmt(cells[10], t_perm, 1);
+        fmt(cells[11], t_exp, 1);
+        fmt(cells[12], t_comb, 1);
+        fmt(cells[13], layer, 1);
+        fmt(cells[14], 100.0 * (t_router + t_perm + t_comb) / layer, 1);
+        fmt(cells[15], flops / (t_exp * 1e6), 4);
+        fmt(cells[16], flops / (t_dense * 1e6), 4);
+        fmt(cells[17], 100.0 * t_dense / t_exp, 1);
+        snprintf(cells[18], 192, "%d", used);
+        fmt(cells[19], wbytes / (t_exp * 1e3), 1);
+        fmt(cells[20], 100.0 * wbytes / (t_exp * 1e3) / (copy / 2), 1); // copy counts read + write
+        fmt(cells[21], t_grouped, 1);
+        fmt(cells[22], flops / (t_grouped * 1e6), 4);
+        snprintf(cells[23], 192, "%s", device);
+        fmt(cells[24], copy, 1);
+        snprintf(cells[25], 192, "%s", date);
+        const char *row[NCOLS];
+        for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
+        if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
+        fprintf(stderr, "bench moe: %s %s E=%d k=%d H=%lld T=%lld: layer %s us, experts %s TFLOP/s (%s%% of dense)\n",
+                c->mode, cells[1], c->E, c->k, (long long)H, (long long)T, cells[13], cells[15], cells[17]);
+    }
+    for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) mf_backend_dealloc(be, *al[i].p);
+    free(ids_h);
+    free(samples);
+    return st;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: minfer bench moe [options]\n"
+            "  --backend auto|cpu|cuda   (default auto)\n"
+            "  --dtype bf16|f16|f32      (default bf16; f32 on the CPU)\n"
+            "  --mode prefill|decode|all (default all)\n"
+            "  --routing even|zipf|both  (default both)\n"
+            "  --full                    the whole grid (default: a subset; tiny on the CPU)\n"
+            "  --hidden N                only this hidden size\n"
+            "  --seq N                   prefill tokens per sequence (default 2048; CPU 16)\n"
+            "  --warmup N --iters N      (default 5/20 on CUDA, 1/3 on the CPU)\n"
+            "  --max-mb N                memory budget per case (default 85%% of free device memory; CPU 2048)\n"
+            "  --format table|csv|json   stdout format (default table)\n"
+            "  --csv FILE                also write CSV there\n");
+}
+
+static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+// 0: ok, 1: help, 2: error (message printed).
+static int parse_args(int argc, char **argv, moe_opts *o) {
+    *o = (moe_opts){.backend = "auto", .dt = (mf_dtype)-1, .prefill = true, .decode = true, .even = true,
+                    .zipf = true, .warmup = -1, .iters = -1, .seq = -1, .max_mb = -1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+        if (!strcmp(a, "--full")) {
+            o->full = true;
+            continue;
+        }
+        static const char *const known[] = {"--backend", "--dtype", "--mode", "--routing", "--hidden", "--seq",
+                                            "--warmup", "--iters", "--max-mb", "--format", "--csv"};
+        bool is_known = false;
+        for (size_t j = 0; j < sizeof known / sizeof known[0]; j++) is_known |= !strcmp(a, known[j]);
+        if (!is_known) {
+            fprintf(stderr, "minfer: error: bench moe: unknown option %s\n", a);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "minfer: error: bench moe: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--backend")) {
+            o->backend = v;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "bf16")) o->dt = MF_DTYPE_BF16;
+            else if (!strcmp(v, "f16")) o->dt = MF_DTYPE_F16;
+            else if (!strcmp(v, "f32")) o->dt = MF_DTYPE_F32;
+            else goto bad;
+        } else if (!strcmp(a, "--mode")) {
+            if (strcmp(v, "prefill") && strcmp(v, "decode") && strcmp(v, "all")) goto bad;
+            o->prefill = strcmp(v, "decode") != 0, o->decode = strcmp(v, "prefill") != 0;
+        } else if (!strcmp(a, "--routing")) {
+            if (strcmp(v, "even") && strcmp(v, "zipf") && strcmp(v, "both")) goto bad;
+            o->even = strcmp(v, "zipf") != 0, o->zipf = strcmp(v, "even") != 0;
+        } else if (!strcmp(a, "--hidden")) {
+            if (!parse_int(v, 8, 65536, &n) || n % 8) goto bad;
+            o->hidden = n;
+        } else if (!strcmp(a, "--seq")) {
+            if (!parse_int(v, 1, 1 << 16, &n)) goto bad;
+            o->seq = n;
+        } else if (!strcmp(a, "--warmup")) {
+            if (!parse_int(v, 0, 1000, &n)) goto bad;
+            o->warmup = (int)n;
+        } else if (!strcmp(a, "--iters")) {
+            if (!parse_int(v, 1, 10000, &n)) goto bad;
+            o->iters = (int)n;
+        } else if (!strcmp(a, "--max-mb")) {
+            if (!parse_int(v, 1, (int64_t)1 << 30, &n)) goto bad;
+            o->max_mb = (double)n;
+        } else if (!strcmp(a, "--format")) {
+            if (!strcmp(v, "table")) o->fmt = MF_BENCH_TABLE;
+            else if (!strcmp(v, "csv")) o->fmt = MF_BENCH_CSV;
+            else if (!strcmp(v, "json")) o->fmt = MF_BENCH_JSON;
+            else goto bad;
+        } else if (!strcmp(a, "--csv")) {
+            o->csv = v;
+        } else {
+            fprintf(stderr, "minfer: error: bench moe: unknown option %s\n", a);
+            return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "minfer: error: bench moe: bad value '%s' for %s\n", v, a);
+        return 2;
+    }
+    return 0;
+}
+
+static int make_cases(const moe_opts *o, bool cuda, moe_case *cs, int cap) {
+    static const int Es[4] = {8, 16, 32, 64}, ks[3] = {2, 4, 8};
+    static const int64_t Hs[3] = {2048, 4096, 8192}, Bs[4] = {1, 4, 16, 32};
+    int n = 0;
+    for (int m = 0; m < 2; m++) {
+        const bool prefill = m == 0;
+        if ((prefill && !o->prefill) || (!prefill && !o->decode)) continue;
+        for (int z = 0; z < 2; z++) {
+            if ((z == 0 && !o->even) || (z == 1 && !o->zipf)) continue;
+            for (int ei = 0; ei < 4; ei++)
+                for (int ki = 0; ki < 3; ki++)
+                    for (int hi = 0; hi < 3; hi++)
+                        for (int bi = 0; bi < 4; bi++) {
+                            int64_t H = Hs[hi];
+                            bool pick = o->full;
+                            if (!pick && cuda) // the goal shape, its neighbours in E and k, and decode 1 / 16
+                                pick = hi == 1 && ((ei == 2 && ki == 0) || (ei == 3 && ki == 1) || (ei == 0 && ki == 0)) &&
+                                       (prefill ? bi == 2 : (bi == 0 || bi == 2));
+                            if (!pick && !cuda) { // tiny: hidden 256, E 8, k 2, batch 1 and 4
+                                pick = ei == 0 && ki == 0 && hi == 0 && bi < 2;
+                                if (pick) H = 256;
+                            }
+                            if (o->hidden) {
+                                if (!o->full && !cuda && pick) H = o->hidden;
+                                else if (H != o->hidden) pick = false;
+                            }
+                            if (!pick || n >= cap) continue;
+                            const int64_t seq = o->seq > 0 ? o->seq : cuda ? 2048 : 16;
+                            cs[n++] = (moe_case){.mode = prefill ? "prefill" : "decode", .E = Es[ei], .k = ks[ki],
+                                                 .H = H, .I = H * 7 / 4, .batch = Bs[bi],
+                                                 .T = prefill ? Bs[bi] * seq : Bs[bi], .zipf = z == 1};
+                        }
+        }
+    }
+    return n;
+}
+
+int mf_bench_moe_main(int argc, char **argv) {
+    moe_opts o;
+    const int pr = parse_args(argc, argv, &o);
+    if (pr == 1) {
+        usage(stdout);
+        return 0;
+    }
+    if (pr) return 2;
+    mf_backend *be = NULL;
+    if (mf_backend_init(o.backend, &be) != MF_OK) {
+        fprintf(stderr, "minfer bench moe: %s\n", mf_last_error());
+        return 1;
+    }
+    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
+    if ((int)o.dt < 0) o.dt = cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32;
+    if (o.warmup < 0) o.warmup = cuda ? 5 : 1;
+    if (o.iters < 0) o.iters = cuda ? 20 : 3;
+    if (o.max_mb < 0) {
+        o.max_mb = 2048;
+#ifdef MF_HAVE_CUDA
+        size_t free_b = 0, total_b = 0;
+        if (cuda && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) o.max_mb = 0.85 * (double)free_b / 1e6 - 600;
+#endif
+    }
+    const size_t flush = cuda ? ((size_t)256 << 20) : ((size_t)64 << 20);
+    mf_bench_timer *timer = NULL;
+    mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
+    if (!tab || mf_bench_timer_init(be, flush, &timer) != MF_OK) {
+        fprintf(stderr, "minfer bench moe: %s\n", tab ? mf_last_error() : "out of memory");
+        mf_bench_table_free(tab);
+        mf_backend_free(be);
+        return 1;
+    }
+    mf_bench_table_hide_in_table(tab, "device");
+    mf_bench_table_hide_in_table(tab, "copy_GB/s");
+    mf_bench_table_hide_in_table(tab, "date");
+    char device[160], date[32];
+    mf_bench_device_name(timer, device, sizeof device);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    double copy = 0;
+    mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)64 << 20), cuda ? 20 : 3, &copy);
+    moe_case cases[1200];
+    const int n = make_cases(&o, cuda, cases, 1200);
+    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(be, timer, &o, &cases[i], device, copy, date, tab);
+    int rc = 0;
+    if (st != MF_OK) {
+        fprintf(stderr, "minfer bench moe: %s\n", mf_last_error());
+        rc = 1;
+    }
+    if (o.fmt == MF_BENCH_TABLE)
+        printf("# moe on %s (%s), %s; copy %.1f GB/s (read + write); %d iterations, L2 flushed; FFN = 1.75 x hidden, "
+               "SwiGLU; layer = router + permute + experts + combine\n",
+               mf_backend_name(be), device, date, copy, o.iters);
+    mf_bench_table_print(tab, o.fmt, stdout);
+    if (o.csv) {
+        FILE *f = fopen(o.csv, "w");
+        if (f) {
+            mf_bench_table_print(tab, MF_BENCH_CSV, f);
+            fclose(f);
+        } else {
+            fprintf(stderr, "minfer bench moe: cannot write %s\n", o.csv);
+            rc = 1;
+        }
+    }
+    mf_bench_table_free(tab);
+    mf_bench_timer_free(timer);
+    mf_backend_free(be);
+    return rc;
+}
