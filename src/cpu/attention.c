@@ -274,7 +274,7 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
     // Later query blocks first: under causal they are the longest (dynamic schedule balances the tail).
     int64_t n = 0;
     for (int32_t b = 0; b < p->batch; b++)
-        for (int64_t i0 = (seq[b].q_len - 1) / G.BM * G.BM; i0 >= 0; i0 -= G.BM)
+        for (int64_t i0 = seq[b].q_len > 0 ? (seq[b].q_len - 1) / G.BM * G.BM : -1; i0 >= 0; i0 -= G.BM)
             for (int64_t g = 0; g < G.KVH; g++) items[n++] = (att_item){.b = b, .g = (int32_t)g, .i0 = i0};
 
     const int64_t Mmax = G.BM * G.grp, D = G.D;
