@@ -226,6 +226,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
     double *s = th_scratch(ctx, (size_t)(maxk ? maxk : 1) * sizeof(double));
     double *dj = th_scratch(ctx, (size_t)(maxk ? maxk : 1) * sizeof(double));
     double *acc = th_scratch(ctx, (size_t)D * sizeof(double)), *absacc = th_scratch(ctx, (size_t)D * sizeof(double));
+    double *bscr = th_scratch(ctx, (size_t)(2 * D) * sizeof(double));
     const double u = 0x1.0p-24, uin = th_eps(dt), tin = th_tiny(dt), sc = a.scale;
     for (int64_t b = 0; b < B; b++) {
         const int64_t qlen = cq[b + 1] - cq[b], klen = ck[b + 1] - ck[b];
@@ -285,19 +286,23 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
                     }
                 }
                 const double walk = (2 * sqrt((double)n) + 8) * u;
-                for (int64_t d = 0; d < D; d++) {
-                    double wsum = 0, vsum = 0;
-                    for (int64_t j = 0; j < n; j++) {
-                        const int64_t vo = fixed ? off4(&a.v, b, lo + j, g, 0)
-                                           : p->mode == AM_PACKED ? off3(&a.v, ck[b] + lo + j, g, 0)
-                                                                  : off4(&a.v, slot_of[b], lo + j, g, 0);
-                        const double vj = vd[vo + (p->fused ? (H + KVH) * D : 0) + d], pj = s[j] / l;
-                        wsum += pj * expm1(dj[j] + logle) * fabs(vj - acc[d]);
-                        vsum += fabs(vj);
+                double *wsum = bscr, *vsum = bscr + D; // per d
+                memset(wsum, 0, (size_t)(2 * D) * sizeof(double));
+                for (int64_t j = 0; j < n; j++) {
+                    const int64_t vo = fixed ? off4(&a.v, b, lo + j, g, 0)
+                                       : p->mode == AM_PACKED ? off3(&a.v, ck[b] + lo + j, g, 0)
+                                                              : off4(&a.v, slot_of[b], lo + j, g, 0);
+                    const double *vj = vd + vo + (p->fused ? (H + KVH) * D : 0);
+                    const double wj = s[j] / l * expm1(dj[j] + logle);
+                    for (int64_t d = 0; d < D; d++) {
+                        wsum[d] += wj * fabs(vj[d] - acc[d]);
+                        vsum[d] += fabs(vj[d]);
                     }
+                }
+                for (int64_t d = 0; d < D; d++) {
                     const double o = acc[d];
                     // tin vsum / l: unnormalised P entries (<= 1) rounded to f16 subnormals, divided by l at the end
-                    const double bd = wsum + uin * absacc[d] + tin * vsum / l + walk * (absacc[d] + fabs(o)) +
+                    const double bd = wsum[d] + uin * absacc[d] + tin * vsum[d] / l + walk * (absacc[d] + fabs(o)) +
                                       uin * fabs(o) + tin;
                     oref[ob + d] = o;
                     obnd[ob + d] = 2 * bd;
