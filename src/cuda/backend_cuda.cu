@@ -244,6 +244,7 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->rope = mf_cuda_rope;
     be->act = mf_cuda_act;
     be->copy_tensor = mf_cuda_copy;
+    be->kv_write = mf_cuda_kv_write;
     *out = be;
     return MF_OK;
 }

@@ -91,6 +91,7 @@ mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softm
 mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *args);       // rope.cu
 mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.cu
 mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu
+mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *args); // kv_write.cu
 }
 
 // ---- device helpers -------------------------------------------------------------------
