@@ -32,7 +32,10 @@
 #include "core/error.h"
 #include "cpu/cpu.h"
 
-enum { kBlockN = 128 }; // keys per block: S tile M x 128 floats stays in L2
+// Keys per block: 128 keeps the S tile (M x BN floats) in L2 for prefill
+// tiles (M ~ 128); decode tiles (M = grp <= 32 rows) take 512 so that each
+// sgemm call does 4x the work (OpenBLAS's per-call cost dominates at M = 4).
+enum { kBlockN = 128, kBlockNDecode = 512 };
 
 // Query rows per tile: about 128 (query x head) rows, at least 8 queries, at
 // most 64 (a larger causal tile wastes more of its diagonal block).
@@ -55,7 +58,7 @@ typedef struct {
 typedef struct {
     const mf_attention_args *p;
     const att_seq *seq;
-    int64_t H, KVH, grp, D, BM;
+    int64_t H, KVH, grp, D, BM, BN;
     int64_t q_rs, q_hs, o_rs, o_hs; // q/o: row (query) and head strides, per qrow index
     bool fixed;                     // (batch, q_len, ...) q/o: row (b, i) at b * q_bs + i * q_rs
     int64_t q_bs, o_bs;
@@ -120,8 +123,9 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
     visible(p, s->q_len, s->k_len, i0 + ni - 1, &lo_last, &jhi);
     (void)hi_first, (void)lo_last;
     const bool kdirect = dt == MF_DTYPE_F32 && G->k_rs >= D, vdirect = dt == MF_DTYPE_F32 && G->v_rs >= D;
-    for (int64_t j0 = jlo; j0 < jhi; j0 += kBlockN) {
-        const int64_t nb = jhi - j0 < kBlockN ? jhi - j0 : kBlockN;
+    const int64_t BN = G->BN;
+    for (int64_t j0 = jlo; j0 < jhi; j0 += BN) {
+        const int64_t nb = jhi - j0 < BN ? jhi - j0 : BN;
         const int64_t ko = s->kbase + j0 * G->k_rs + g * G->k_hs, vo = s->vbase + j0 * G->v_rs + g * G->v_hs;
         const float *kb = w->k, *vb = w->v;
         int64_t ldk = D, ldv = D;
@@ -136,9 +140,9 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
             for (int64_t j = 0; j < nb; j++) widen(p->v.data, dt, vo + j * G->v_rs, D, w->v + j * D);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)nb, (blasint)D, G->scale, w->q,
-                    (blasint)D, kb, (blasint)ldk, 0.0f, w->s, kBlockN);
+                    (blasint)D, kb, (blasint)ldk, 0.0f, w->s, (blasint)BN);
         for (int64_t r = 0; r < M; r++) {
-            float *sr = w->s + r * kBlockN;
+            float *sr = w->s + r * BN;
             int64_t lo, hi;
             visible(p, s->q_len, s->k_len, i0 + r / grp, &lo, &hi);
             const int64_t c0 = lo - j0, c1 = hi - j0; // visible columns [c0, c1) of this block
@@ -168,7 +172,7 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
             w->l[r] += sum;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)M, (blasint)D, (blasint)nb, 1.0f, w->s,
-                    kBlockN, vb, (blasint)ldv, 1.0f, w->o, (blasint)D);
+                    (blasint)BN, vb, (blasint)ldv, 1.0f, w->o, (blasint)D);
     }
 
     float *lse = p->lse ? (float *)p->lse->data : NULL;
@@ -277,8 +281,13 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
         for (int64_t i0 = seq[b].q_len > 0 ? (seq[b].q_len - 1) / G.BM * G.BM : -1; i0 >= 0; i0 -= G.BM)
             for (int64_t g = 0; g < G.KVH; g++) items[n++] = (att_item){.b = b, .g = (int32_t)g, .i0 = i0};
 
-    const int64_t Mmax = G.BM * G.grp, D = G.D;
-    const size_t floats = (size_t)(2 * Mmax * D + Mmax * kBlockN + 2 * kBlockN * D + 2 * Mmax);
+    int64_t Mmax = G.BM * G.grp;
+    int64_t qmax = 0;
+    for (int32_t b = 0; b < p->batch; b++) qmax = seq[b].q_len > qmax ? seq[b].q_len : qmax;
+    if (qmax < G.BM) Mmax = (qmax > 0 ? qmax : 1) * G.grp; // decode: tiles of a few rows
+    G.BN = Mmax <= 32 ? kBlockNDecode : kBlockN;
+    const int64_t D = G.D, BN = G.BN;
+    const size_t floats = (size_t)(2 * Mmax * D + Mmax * BN + 2 * BN * D + 2 * Mmax);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
@@ -296,8 +305,8 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
         }
         att_scratch w = {0};
         if (buf) {
-            w.q = buf, w.o = w.q + Mmax * D, w.s = w.o + Mmax * D, w.k = w.s + Mmax * kBlockN;
-            w.v = w.k + kBlockN * D, w.m = w.v + kBlockN * D, w.l = w.m + Mmax;
+            w.q = buf, w.o = w.q + Mmax * D, w.s = w.o + Mmax * D, w.k = w.s + Mmax * BN;
+            w.v = w.k + BN * D, w.m = w.v + BN * D, w.l = w.m + Mmax;
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < n_items; i++)
@@ -309,6 +318,6 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
     free(seq);
     if (oom)
         return mf_fail(MF_ERR_OOM, "attention: out of host memory for a %lld x %lld tile (head_dim %lld)",
-                       (long long)Mmax, (long long)kBlockN, (long long)D);
+                       (long long)Mmax, (long long)BN, (long long)D);
     return MF_OK;
 }
