@@ -122,7 +122,9 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
     visible(p, s->q_len, s->k_len, i0, &jlo, &hi_first);
     visible(p, s->q_len, s->k_len, i0 + ni - 1, &lo_last, &jhi);
     (void)hi_first, (void)lo_last;
-    const bool kdirect = dt == MF_DTYPE_F32 && G->k_rs >= D, vdirect = dt == MF_DTYPE_F32 && G->v_rs >= D;
+    // f32 rows go to BLAS in place when their stride is a valid leading dimension.
+    const bool kdirect = dt == MF_DTYPE_F32 && G->k_rs >= D && G->k_rs <= INT32_MAX;
+    const bool vdirect = dt == MF_DTYPE_F32 && G->v_rs >= D && G->v_rs <= INT32_MAX;
     const int64_t BN = G->BN;
     for (int64_t j0 = jlo; j0 < jhi; j0 += BN) {
         const int64_t nb = jhi - j0 < BN ? jhi - j0 : BN;
