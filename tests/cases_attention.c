@@ -358,9 +358,9 @@ static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needl
 
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
-    // packed: 2 sequences, total_q 6, total_k 10, H 4, KVH 2, D 8
-    const int64_t qs[3] = {6, 4, 8}, ks[3] = {10, 2, 8}, three = 3, two = 2, ls[2] = {6, 4};
-    const int64_t cs[4] = {3, 16, 2, 8};
+    // packed: 2 sequences, total_q 6, total_k 12, H 4, KVH 2, D 64 (a head dim every backend takes)
+    const int64_t qs[3] = {6, 4, 64}, ks[3] = {12, 2, 64}, three = 3, two = 2, ls[2] = {6, 4};
+    const int64_t cs[4] = {3, 16, 2, 64};
     mf_tensor q, k, v, o, lse, cuq, cuk, kc, vc, kl, sl, cuf;
     th_buf *bq = th_tensor(ctx, MF_DTYPE_BF16, 3, qs, NULL, &q);
     th_buf *bk = th_tensor(ctx, MF_DTYPE_BF16, 3, ks, NULL, &k);
@@ -379,7 +379,7 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     th_fill(ctx, bv, &v, NULL);
     th_fill(ctx, bkc, &kc, NULL);
     th_fill(ctx, bvc, &vc, NULL);
-    const int32_t cqv[3] = {0, 2, 6}, ckv[3] = {0, 7, 10}, klv[2] = {5, 16}, slv[2] = {2, 0};
+    const int32_t cqv[3] = {0, 2, 6}, ckv[3] = {0, 7, 12}, klv[2] = {5, 16}, slv[2] = {2, 0};
     for (int i = 0; i < 3; i++) th_set(bcq, i, cqv[i]), th_set(bck, i, ckv[i]);
     for (int i = 0; i < 2; i++) th_set(bkl, i, klv[i]), th_set(bsl, i, slv[i]);
     th_upload_all(ctx);
@@ -405,8 +405,8 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     ok &= expect(ctx, mf_attention(ctx->be, &c), MF_OK, NULL, "valid cache");
     TRY(a, t.q.shape[1] = 3; t.o.shape[1] = 3; t.lse = NULL, MF_ERR_INVALID_ARG,
         "n_heads 3 not divisible by n_kv_heads 2", "heads % kv_heads");
-    TRY(a, t.k.shape[2] = 4; t.v.shape[2] = 4, MF_ERR_INVALID_ARG, "k head_dim 4 != q head_dim 8", "head_dim mismatch");
-    TRY(a, t.v.shape[2] = 4, MF_ERR_INVALID_ARG, "v shape[2] = 4 != k's 8", "v head_dim");
+    TRY(a, t.k.shape[2] = 4; t.v.shape[2] = 4, MF_ERR_INVALID_ARG, "k head_dim 4 != q head_dim 64", "head_dim mismatch");
+    TRY(a, t.v.shape[2] = 4, MF_ERR_INVALID_ARG, "v shape[2] = 4 != k's 64", "v head_dim");
     TRY(a, t.k.dtype = MF_DTYPE_F16, MF_ERR_INVALID_ARG, "k f16", "mixed dtypes");
     TRY(a, t.o.dtype = MF_DTYPE_F32, MF_ERR_INVALID_ARG, "o f32", "o dtype");
     TRY(a, t.q.dtype = MF_DTYPE_I32; t.k.dtype = t.v.dtype = t.o.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG,
@@ -442,7 +442,7 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     TRY(a, t.lse = &x, MF_ERR_INVALID_ARG, "lse shape[1] = 2 != q's 4", "lse shape");
     TRY(a, t.o = q, MF_ERR_INVALID_ARG, "o and q overlap", "o is q");
     y = k, y.dtype = MF_DTYPE_BF16, y.shape[0] = 6, y.shape[1] = 4; // o over k's memory
-    y.stride[0] = 32, y.stride[1] = 8;
+    y.stride[0] = 256, y.stride[1] = 64;
     TRY(a, t.o = y, MF_ERR_INVALID_ARG, "o and k overlap", "o over k");
     x = o, x.dtype = MF_DTYPE_F32, x.ndim = 2, x.shape[0] = 6, x.shape[1] = 4, x.stride[0] = 4, x.stride[1] = 1;
     TRY(a, t.lse = &x, MF_ERR_INVALID_ARG, "o and lse overlap", "lse over o");
@@ -453,12 +453,12 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
         mf_attention_args f = {.q = q, .k = k, .v = v, .o = o, .batch = 6, .scale = 1.0f};
         f.q.ndim = f.o.ndim = f.k.ndim = f.v.ndim = 4;
         f.q.shape[0] = f.o.shape[0] = f.k.shape[0] = f.v.shape[0] = 1;
-        f.q.shape[1] = f.o.shape[1] = 6, f.k.shape[1] = f.v.shape[1] = 10;
+        f.q.shape[1] = f.o.shape[1] = 6, f.k.shape[1] = f.v.shape[1] = 12;
         f.q.shape[2] = f.o.shape[2] = 4, f.k.shape[2] = f.v.shape[2] = 2;
-        f.q.shape[3] = f.o.shape[3] = f.k.shape[3] = f.v.shape[3] = 8;
-        f.q.stride[0] = f.o.stride[0] = 48, f.k.stride[0] = f.v.stride[0] = 160;
-        f.q.stride[1] = f.o.stride[1] = 32, f.k.stride[1] = f.v.stride[1] = 16;
-        f.q.stride[2] = f.o.stride[2] = 8, f.k.stride[2] = f.v.stride[2] = 8;
+        f.q.shape[3] = f.o.shape[3] = f.k.shape[3] = f.v.shape[3] = 64;
+        f.q.stride[0] = f.o.stride[0] = 1536, f.k.stride[0] = f.v.stride[0] = 1536;
+        f.q.stride[1] = f.o.stride[1] = 256, f.k.stride[1] = f.v.stride[1] = 128;
+        f.q.stride[2] = f.o.stride[2] = 64, f.k.stride[2] = f.v.stride[2] = 64;
         f.q.stride[3] = f.o.stride[3] = f.k.stride[3] = f.v.stride[3] = 1;
         ok &= expect(ctx, mf_attention(ctx->be, &f), MF_ERR_INVALID_ARG, "batch 6 != q.shape[0] = 1", "fixed batch");
         f.batch = 1;
