@@ -25,7 +25,9 @@
     X(act)             \
     X(copy)            \
     X(argmax)          \
-    X(moe)
+    X(moe)             \
+    X(attention)       \
+    X(kv_write)
 
 #define TH_DECLARE(f) void th_cases_##f(th_list *l);
 TH_FAMILIES(TH_DECLARE)

@@ -208,8 +208,10 @@ mf_status mf_copy(mf_backend *be, const mf_copy_args *args);
 //           at most `window` keys ending at its own position (HF's
 //           sliding_window). 0: no window.
 //   A query that sees no key gives o = 0 (and lse = -inf), never NaN.
-// lse: NULL, or (total_q, n_heads) f32 (fixed: (batch, q_len, n_heads)):
-//   the natural log of sum_j exp(scale * q . k_j) over the visible keys.
+// lse: NULL, or (total_q, n_heads) f32 (fixed: (batch, q_len, n_heads)),
+//   contiguous: the natural log of sum_j exp(scale * q . k_j) over the
+//   visible keys. Packed/cache: q rows outside [cu_seqlens_q[0],
+//   cu_seqlens_q[batch]) are not written (o nor lse).
 // Dtypes: q, k, v, o share one of f32, f16, bf16; math and accumulation f32.
 // head_dim D: the CPU takes any; CUDA takes 64 and 128 (and those its
 //   dispatch lists), anything else is MF_ERR_UNSUPPORTED naming D.

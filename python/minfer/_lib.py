@@ -129,6 +129,23 @@ class MoeArgs(ctypes.Structure):
     ]
 
 
+class AttentionArgs(ctypes.Structure):
+    _fields_ = [
+        ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
+        ("lse", TensorP),
+        ("cu_seqlens_q", TensorP), ("cu_seqlens_k", TensorP),
+        ("k_lens", TensorP), ("slots", TensorP),
+        ("batch", ctypes.c_int32),
+        ("max_q_len", ctypes.c_int64), ("max_k_len", ctypes.c_int64),
+        ("scale", ctypes.c_float),
+        ("causal", ctypes.c_bool),  # C _Bool
+        ("window", ctypes.c_int64),
+        ("num_splits", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
 # ---- the library ----------------------------------------------------------------
 
 _c_status = ctypes.c_int
@@ -155,11 +172,13 @@ _PROTOTYPES = {
     "mf_softmax": (_c_status, [_vp, ctypes.POINTER(SoftmaxArgs)]),
     "mf_moe": (_c_status, [_vp, ctypes.POINTER(MoeArgs)]),
     "mf_moe_workspace": (_c_status, [_vp, ctypes.POINTER(MoeArgs), ctypes.POINTER(ctypes.c_size_t)]),
+    "mf_attention": (_c_status, [_vp, ctypes.POINTER(AttentionArgs)]),
+    "mf_attention_workspace": (_c_status, [_vp, ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_size_t)]),
 }
 
 # Functions that may be missing from an older or partial build: their wrappers
 # raise UnsupportedError instead of the import failing.
-_OPTIONAL = {"mf_softmax", "mf_moe", "mf_moe_workspace"}
+_OPTIONAL = {"mf_softmax", "mf_moe", "mf_moe_workspace", "mf_attention", "mf_attention_workspace"}
 
 _lock = threading.Lock()
 _lib = None
@@ -244,4 +263,7 @@ LAYOUT = {
     "mf_moe_args": (MoeArgs, ["x", "w_router", "w1", "w2", "ffn", "top_k", "score", "order", "renorm",
                               "routed_scale", "shared_w1", "shared_w2", "shared_gate", "residual", "out",
                               "workspace", "workspace_bytes"]),
+    "mf_attention_args": (AttentionArgs, ["q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "k_lens",
+                                          "slots", "batch", "max_q_len", "max_k_len", "scale", "causal", "window",
+                                          "num_splits", "workspace", "workspace_bytes"]),
 }

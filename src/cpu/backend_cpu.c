@@ -70,6 +70,8 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     be->moe_router = mf_cpu_moe_router;
     be->moe_permute = mf_cpu_moe_permute;
     be->moe_combine = mf_cpu_moe_combine; // moe_experts NULL: src/ops/moe.c loops over mf_gemm
+    be->attention = mf_cpu_attention; // attention_workspace stays NULL: no split-KV scratch on the CPU
+    be->kv_write = mf_cpu_kv_write;
     *out = be;
     return MF_OK;
 }

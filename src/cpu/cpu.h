@@ -20,6 +20,8 @@ mf_status mf_cpu_argmax(mf_backend *be, const mf_argmax_args *args);    // argma
 mf_status mf_cpu_moe_router(mf_backend *be, const mf_moe_router_args *args);   // moe.c
 mf_status mf_cpu_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.c
 mf_status mf_cpu_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.c
+mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *args); // attention.c
+mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *args);   // kv_write.c
 
 #ifdef __cplusplus
 }

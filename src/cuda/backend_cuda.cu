@@ -257,6 +257,7 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->moe_permute = mf_cuda_moe_permute;
     be->moe_combine = mf_cuda_moe_combine;
     be->moe_experts = mf_cuda_moe_experts; // the cuBLASLt loop, or grouped with MINFER_MOE_GEMM=grouped
+    be->kv_write = mf_cuda_kv_write;
     *out = be;
     return MF_OK;
 }

@@ -112,6 +112,7 @@ mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); 
 mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu
 mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
 void mf_cuda_moe_release(mf_cuda_ctx *c); // moe.cu: frees c->cublas
+mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *args); // kv_write.cu
 }
 
 // ---- device helpers -------------------------------------------------------------------
