@@ -97,11 +97,11 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Error path of every kernel: rows [r0, r1) of head h of sequence s become 0
 // (lse -inf). The block's threads stride over the elements.
 __device__ __forceinline__ void attn_zero_rows(const AttnParams &p, const SeqView &s, int h, int r0, int r1) {
-    for (int64_t e = threadIdx.x; e < (int64_t)(r1 - r0) * p.head_dim; e += blockDim.x) {
-        const int64_t r = r0 + e / p.head_dim, d = e % p.head_dim;
-        mf_st(p.o, p.dt, s.o_off + r * p.o_sr + h * p.o_sh + d, 0.0f);
-        if (p.lse && d == 0) p.lse[s.l_off + r * p.l_sr + h * p.l_sh] = -INFINITY;
-    }
+    for (int r = r0; r < r1; r++) // 32-bit indices: a 64-bit division here made ptxas spill
+        for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+            mf_st(p.o, p.dt, s.o_off + (int64_t)r * p.o_sr + (int64_t)h * p.o_sh + d, 0.0f);
+            if (p.lse && d == 0) p.lse[s.l_off + (int64_t)r * p.l_sr + (int64_t)h * p.l_sh] = -INFINITY;
+        }
 }
 
 // Entries of the three kernels (argument checks done by the dispatch).

@@ -26,10 +26,17 @@ struct mf_cuda_ctx {
     cublasLtHandle_t lt;      // one handle for the backend's lifetime
     void *workspace;          // (workspace_bytes) cuBLASLt scratch, used on `stream`
     size_t workspace_bytes;
-    unsigned int *err_count;  // (1) device: out-of-range token ids since the last sync
-    unsigned int *err_host;   // (1) pinned host: err_count read back at sync
-    bool err_pending;         // an embed was queued since the last sync (else sync skips the read-back)
+    unsigned int *err_count;  // (kMfErrSlots) device: errors only the device sees, since the last sync
+    unsigned int *err_host;   // (kMfErrSlots) pinned host: err_count read back at sync
+    bool err_pending;         // an op that can count was queued since the last sync (else sync skips the read-back)
     int64_t err_vocab;        // vocab of the last embed, for the sync message
+};
+
+// Slots of mf_cuda_ctx::err_count: one counter per kind of device-side error.
+enum {
+    kMfErrEmbed = 0,     // token ids out of range (embed)
+    kMfErrAttention = 1, // sequences with bad device lengths / slots (attention)
+    kMfErrSlots = 4,     // room for more
 };
 
 static inline mf_cuda_ctx *mf_cuda_ctx_of(mf_backend *be) { return static_cast<mf_cuda_ctx *>(be->ctx); }
@@ -91,6 +98,8 @@ mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softm
 mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *args);       // rope.cu
 mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.cu
 mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu
+mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *args); // attention.cu
+mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes);
 }
 
 // ---- device helpers -------------------------------------------------------------------
