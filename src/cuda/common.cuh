@@ -36,6 +36,7 @@ struct mf_cuda_ctx {
 enum {
     kMfErrEmbed = 0,     // token ids out of range (embed)
     kMfErrAttention = 1, // sequences with bad device lengths / slots (attention)
+    kMfErrKvWrite = 2,   // tokens with a bad (slot, pos) (kv_write)
     kMfErrSlots = 4,     // room for more
 };
 
