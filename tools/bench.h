@@ -3,6 +3,7 @@
 #ifndef MF_TOOLS_BENCH_H
 #define MF_TOOLS_BENCH_H
 
-int mf_bench_softmax_main(int argc, char **argv); // bench_softmax.c
+int mf_bench_softmax_main(int argc, char **argv);   // bench_softmax.c
+int mf_bench_attention_main(int argc, char **argv); // bench_attention.c
 
 #endif // MF_TOOLS_BENCH_H
