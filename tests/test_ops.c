@@ -23,7 +23,9 @@
     X(softmax)         \
     X(rope)            \
     X(act)             \
-    X(copy)
+    X(copy)            \
+    X(attention)       \
+    X(kv_write)
 
 #define TH_DECLARE(f) void th_cases_##f(th_list *l);
 TH_FAMILIES(TH_DECLARE)

@@ -20,6 +20,7 @@ never imported by minfer itself.
 import atexit
 import contextlib
 import ctypes
+import math
 import threading
 
 from . import _lib as L
@@ -29,7 +30,7 @@ __version__ = "0.1.0"  # tests check that it matches mf_version()
 
 __all__ = [
     "MinferError", "UnsupportedError", "version", "build_info", "cuda_available", "library_path",
-    "backend", "synchronize", "gemm", "add_norm", "embed", "add", "softmax",
+    "backend", "synchronize", "gemm", "add_norm", "embed", "add", "softmax", "attention",
 ]
 
 
@@ -333,3 +334,103 @@ def softmax(x, y=None, scale=1.0, causal=False, key_lens=None, bias=None):
     args.bias = _opt(bias, "softmax: bias", views)
     _call("softmax", "mf_softmax", args, views)
     return y
+
+
+def _host_ints(x):
+    """An int32 index array's values on the host (a device tensor is copied: one sync)."""
+    if T.is_torch(x):
+        return [int(v) for v in x.detach().to("cpu").tolist()]
+    return [int(v) for v in x.tolist()]
+
+
+def _empty_f32(ref, shape):
+    if T.is_torch(ref):
+        torch = T.torch_module()
+        return torch.empty(tuple(shape), dtype=torch.float32, device=ref.device)
+    import numpy as np
+    return np.empty(tuple(shape), dtype=np.float32)
+
+
+def attention(q, k, v, *, causal=False, scale=None, window=0, cu_seqlens_q=None, cu_seqlens_k=None,
+              max_q_len=None, max_k_len=None, k_lens=None, slots=None, return_lse=False, out=None,
+              num_splits=0):
+    """Flash attention (mf_attention); returns o, or (o, lse) with return_lse.
+
+    Three modes, picked by the index arrays given (int32, on q's device):
+      fixed:  q (batch, q_len, n_heads, D); k, v (batch, k_len, n_kv_heads, D)
+      packed: q (total_q, n_heads, D), k, v (total_k, n_kv_heads, D) with
+              cu_seqlens_q and cu_seqlens_k (batch + 1)
+      cache:  q (total_q, n_heads, D) with cu_seqlens_q; k, v the cache
+              (n_slots, max_len, n_kv_heads, D); k_lens (batch) keys per
+              sequence; slots (batch) or None (slot b).
+    causal: bottom-right aligned (query i sees keys j <= i + k_len - q_len);
+    window > 0 (causal only): at most `window` keys ending at the query's own
+    position. scale None: 1 / sqrt(D). max_q_len / max_k_len: host bounds of the
+    lengths, computed from the index arrays (a device sync) when None. A query
+    that sees no key gives o = 0 and lse = -inf. lse: (rows, n_heads) float32
+    (fixed: (batch, q_len, n_heads)), natural log. out: o, allocated like q
+    when None. num_splits: split-KV count (0: the backend chooses)."""
+    vq = T.view(q, "attention: q")
+    if out is None:
+        out = T.empty_like_kind(q, tuple(q.shape))
+    views = [vq, T.view(k, "attention: k"), T.view(v, "attention: v"),
+             T.view(out, "attention: out", writable=True)]
+    args = L.AttentionArgs(q=views[0].t, k=views[1].t, v=views[2].t, o=views[3].t)
+    lse = None
+    if return_lse:
+        lse = _empty_f32(q, tuple(q.shape[:-1]))
+        args.lse = _opt(lse, "attention: lse", views, writable=True)
+    args.cu_seqlens_q = _opt(cu_seqlens_q, "attention: cu_seqlens_q", views)
+    args.cu_seqlens_k = _opt(cu_seqlens_k, "attention: cu_seqlens_k", views)
+    args.k_lens = _opt(k_lens, "attention: k_lens", views)
+    args.slots = _opt(slots, "attention: slots", views)
+    if cu_seqlens_q is None:
+        args.batch = q.shape[0] if len(q.shape) == 4 else 0
+    else:
+        n = len(cu_seqlens_q)
+        args.batch = n - 1 if n > 0 else 0
+        cq = None
+        if max_q_len is None:
+            cq = _host_ints(cu_seqlens_q)
+            max_q_len = max((cq[i + 1] - cq[i] for i in range(len(cq) - 1)), default=0)
+        if max_k_len is None:
+            if cu_seqlens_k is not None:
+                ck = _host_ints(cu_seqlens_k)
+                max_k_len = max((ck[i + 1] - ck[i] for i in range(len(ck) - 1)), default=0)
+            elif k_lens is not None:
+                max_k_len = max(_host_ints(k_lens), default=0)
+            else:
+                max_k_len = 0
+    args.max_q_len = int(max_q_len or 0)
+    args.max_k_len = int(max_k_len or 0)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+    args.scale = _float(scale, "attention: scale")
+    args.causal = bool(causal)
+    args.window = int(window)
+    args.num_splits = int(num_splits)
+    _call_attention(args, views)
+    return (out, lse) if return_lse else out
+
+
+def _call_attention(args, views):
+    """mf_attention with split-KV workspace: asked for, allocated on q's device
+    (torch CUDA), kept alive until the op is queued (the caching allocator
+    orders its reuse on the stream)."""
+    lib = L.load()
+    ws_fn = getattr(lib, "mf_attention_workspace", None)
+    key = views[0].device_key
+    if ws_fn is None or key[0] != "cuda":
+        _call("attention", "mf_attention", args, views)
+        return
+    be = backend(key)
+    nbytes = ctypes.c_size_t(0)
+    with be.lock, _on_device(key):
+        _raise_for(ws_fn(be.handle, ctypes.byref(args), ctypes.byref(nbytes)))
+    ws = None
+    if nbytes.value:
+        torch = T.torch_module()
+        ws = torch.empty(nbytes.value, dtype=torch.uint8, device=views[0].obj.device)
+        args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes.value
+    _call("attention", "mf_attention", args, views)
+    del ws

@@ -107,6 +107,23 @@ class SoftmaxArgs(ctypes.Structure):
     ]
 
 
+class AttentionArgs(ctypes.Structure):
+    _fields_ = [
+        ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
+        ("lse", TensorP),
+        ("cu_seqlens_q", TensorP), ("cu_seqlens_k", TensorP),
+        ("k_lens", TensorP), ("slots", TensorP),
+        ("batch", ctypes.c_int32),
+        ("max_q_len", ctypes.c_int64), ("max_k_len", ctypes.c_int64),
+        ("scale", ctypes.c_float),
+        ("causal", ctypes.c_bool),  # C _Bool
+        ("window", ctypes.c_int64),
+        ("num_splits", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
 # ---- the library ----------------------------------------------------------------
 
 _c_status = ctypes.c_int
@@ -131,11 +148,13 @@ _PROTOTYPES = {
     "mf_embed": (_c_status, [_vp, ctypes.POINTER(EmbedArgs)]),
     "mf_add": (_c_status, [_vp, ctypes.POINTER(AddArgs)]),
     "mf_softmax": (_c_status, [_vp, ctypes.POINTER(SoftmaxArgs)]),
+    "mf_attention": (_c_status, [_vp, ctypes.POINTER(AttentionArgs)]),
+    "mf_attention_workspace": (_c_status, [_vp, ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_size_t)]),
 }
 
 # Functions that may be missing from an older or partial build: their wrappers
 # raise UnsupportedError instead of the import failing.
-_OPTIONAL = {"mf_softmax"}
+_OPTIONAL = {"mf_softmax", "mf_attention", "mf_attention_workspace"}
 
 _lock = threading.Lock()
 _lib = None
@@ -217,4 +236,7 @@ LAYOUT = {
     "mf_embed_args": (EmbedArgs, ["ids", "table", "y"]),
     "mf_add_args": (AddArgs, ["a", "b", "y", "alpha", "beta"]),
     "mf_softmax_args": (SoftmaxArgs, ["x", "y", "scale", "causal", "key_lens", "bias"]),
+    "mf_attention_args": (AttentionArgs, ["q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "k_lens",
+                                          "slots", "batch", "max_q_len", "max_k_len", "scale", "causal", "window",
+                                          "num_splits", "workspace", "workspace_bytes"]),
 }

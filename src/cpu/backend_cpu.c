@@ -66,6 +66,8 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     be->rope = mf_cpu_rope;
     be->act = mf_cpu_act;
     be->copy_tensor = mf_cpu_copy;
+    be->attention = mf_cpu_attention; // attention_workspace stays NULL: no split-KV scratch on the CPU
+    be->kv_write = mf_cpu_kv_write;
     *out = be;
     return MF_OK;
 }

@@ -16,6 +16,8 @@ mf_status mf_cpu_softmax(mf_backend *be, const mf_softmax_args *args);  // softm
 mf_status mf_cpu_rope(mf_backend *be, const mf_rope_args *args);        // rope.c
 mf_status mf_cpu_act(mf_backend *be, const mf_act_args *args);          // act.c
 mf_status mf_cpu_copy(mf_backend *be, const mf_copy_args *args);        // copy.c
+mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *args); // attention.c
+mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *args);   // kv_write.c
 
 #ifdef __cplusplus
 }

@@ -260,6 +260,7 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->copy_tensor = mf_cuda_copy;
     be->attention = mf_cuda_attention;
     be->attention_workspace = mf_cuda_attention_workspace;
+    be->kv_write = mf_cuda_kv_write;
     *out = be;
     return MF_OK;
 }

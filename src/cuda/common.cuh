@@ -101,6 +101,7 @@ mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.c
 mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu
 mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *args); // attention.cu
 mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes);
+mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *args); // kv_write.cu
 }
 
 // ---- device helpers -------------------------------------------------------------------

@@ -1,0 +1,323 @@
+// CPU flash attention (mf_attention): the CUDA kernels' semantics, computed
+// tile by tile with an online softmax so that no (q_len, k_len) buffer exists.
+//
+// Work split: one OpenMP work item per (sequence b, kv head g, block of BM
+// query rows); the item stacks the grp = n_heads / n_kv_heads query heads of
+// g under each other, so its Q tile is M = BM * grp rows (row r = query
+// (i0 + r / grp), head g * grp + r % grp) and every K/V byte it reads serves
+// all grp heads. For each block of BN visible keys:
+//     S = scale * Q K^T            (M x BN, cblas_sgemm)
+//     mask (causal / window) -> -inf; per row m' = max(m, max S),
+//     P = exp(S - m'), l = l exp(m - m') + sum P, O *= exp(m - m')
+//     O += P V                     (M x D, cblas_sgemm)
+// then o = O / l and lse = m + log l (blind rows: o = 0, lse = -inf).
+// Only the key range that some row of the tile sees is visited (causal and
+// window skip the rest), and only keys below the sequence's length are read,
+// so NaN past k_len in a cache never reaches anything. f16/bf16 tiles are
+// widened to f32 (f32 K/V with a usable row stride are passed to BLAS in
+// place); all math is f32. OpenBLAS runs single-threaded inside the
+// parallel region (its own threads would fight OpenMP's for the cores).
+//
+// Index arrays are host memory here: their values are checked before
+// anything is written.
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "cpu/cpu.h"
+
+// Keys per block: 128 keeps the S tile (M x BN floats) in L2 for prefill
+// tiles (M ~ 128); decode tiles (M = grp <= 32 rows) take 512 so that each
+// sgemm call does 4x the work (OpenBLAS's per-call cost dominates at M = 4).
+enum { kBlockN = 128, kBlockNDecode = 512 };
+
+// Query rows per tile: about 128 (query x head) rows, at least 8 queries, at
+// most 64 (a larger causal tile wastes more of its diagonal block).
+static int64_t block_m(int64_t grp) {
+    int64_t bm = 128 / grp;
+    return bm < 8 ? 8 : bm > 64 ? 64 : bm;
+}
+
+typedef struct {
+    int64_t qrow;  // row index of its first query: into (total_q) or b * q_len (fixed)
+    int64_t q_len, k_len;
+    int64_t kbase, vbase; // element offset of key 0, kv head 0
+} att_seq;
+
+typedef struct {
+    int32_t b, g;
+    int64_t i0;
+} att_item;
+
+typedef struct {
+    const mf_attention_args *p;
+    const att_seq *seq;
+    int64_t H, KVH, grp, D, BM, BN;
+    int64_t q_rs, q_hs, o_rs, o_hs; // q/o: row (query) and head strides, per qrow index
+    bool fixed;                     // (batch, q_len, ...) q/o: row (b, i) at b * q_bs + i * q_rs
+    int64_t q_bs, o_bs;
+    int64_t k_rs, k_hs, v_rs, v_hs; // k/v: key-position and head strides
+    float scale;
+} att_geom;
+
+// n elements of buffer src (dtype dt) from element off, widened to f32.
+static void widen(const void *src, mf_dtype dt, int64_t off, int64_t n, float *dst) {
+    if (dt == MF_DTYPE_F32) {
+        memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float));
+    } else if (dt == MF_DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t u = (uint32_t)s[i] << 16;
+            memcpy(&dst[i], &u, 4);
+        }
+    } else {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t i = 0; i < n; i++) dst[i] = mf_f16_to_f32(s[i]);
+    }
+}
+
+// Element offset of query row (b, i) in q (or o) from the per-sequence row index.
+static inline int64_t row_off(const att_geom *G, const att_seq *s, int64_t b, int64_t i, int64_t rs, int64_t bs) {
+    if (G->fixed) return b * bs + i * rs;
+    return (s->qrow + i) * rs;
+}
+
+// Keys query i of a sequence sees: [lo, hi) (empty when hi <= lo).
+static inline void visible(const mf_attention_args *p, int64_t q_len, int64_t k_len, int64_t i, int64_t *lo,
+                           int64_t *hi) {
+    int64_t l = 0, h = k_len;
+    if (p->causal) {
+        const int64_t last = i + k_len - q_len; // last visible key
+        if (last + 1 < h) h = last + 1;
+        if (p->window > 0 && last - p->window + 1 > l) l = last - p->window + 1;
+    }
+    *lo = l, *hi = h;
+}
+
+typedef struct {
+    float *q, *o, *s, *k, *v, *m, *l;
+} att_scratch;
+
+static void run_item(const att_geom *G, const att_item *it, const att_scratch *w) {
+    const mf_attention_args *p = G->p;
+    const att_seq *s = &G->seq[it->b];
+    const int64_t D = G->D, grp = G->grp, b = it->b, g = it->g, i0 = it->i0;
+    const int64_t ni = s->q_len - i0 < G->BM ? s->q_len - i0 : G->BM, M = ni * grp;
+    const mf_dtype dt = p->q.dtype;
+
+    for (int64_t ii = 0; ii < ni; ii++) {
+        const int64_t qo = row_off(G, s, b, i0 + ii, G->q_rs, G->q_bs) + g * grp * G->q_hs;
+        for (int64_t hh = 0; hh < grp; hh++) widen(p->q.data, dt, qo + hh * G->q_hs, D, w->q + (ii * grp + hh) * D);
+    }
+    memset(w->o, 0, (size_t)(M * D) * sizeof(float));
+    for (int64_t r = 0; r < M; r++) w->m[r] = -INFINITY, w->l[r] = 0.0f;
+
+    int64_t jlo, jhi, lo_last, hi_first;
+    visible(p, s->q_len, s->k_len, i0, &jlo, &hi_first);
+    visible(p, s->q_len, s->k_len, i0 + ni - 1, &lo_last, &jhi);
+    (void)hi_first, (void)lo_last;
+    const bool kdirect = dt == MF_DTYPE_F32 && G->k_rs >= D, vdirect = dt == MF_DTYPE_F32 && G->v_rs >= D;
+    const int64_t BN = G->BN;
+    for (int64_t j0 = jlo; j0 < jhi; j0 += BN) {
+        const int64_t nb = jhi - j0 < BN ? jhi - j0 : BN;
+        const int64_t ko = s->kbase + j0 * G->k_rs + g * G->k_hs, vo = s->vbase + j0 * G->v_rs + g * G->v_hs;
+        const float *kb = w->k, *vb = w->v;
+        int64_t ldk = D, ldv = D;
+        if (kdirect) {
+            kb = (const float *)p->k.data + ko, ldk = G->k_rs;
+        } else {
+            for (int64_t j = 0; j < nb; j++) widen(p->k.data, dt, ko + j * G->k_rs, D, w->k + j * D);
+        }
+        if (vdirect) {
+            vb = (const float *)p->v.data + vo, ldv = G->v_rs;
+        } else {
+            for (int64_t j = 0; j < nb; j++) widen(p->v.data, dt, vo + j * G->v_rs, D, w->v + j * D);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)nb, (blasint)D, G->scale, w->q,
+                    (blasint)D, kb, (blasint)ldk, 0.0f, w->s, (blasint)BN);
+        for (int64_t r = 0; r < M; r++) {
+            float *sr = w->s + r * BN;
+            int64_t lo, hi;
+            visible(p, s->q_len, s->k_len, i0 + r / grp, &lo, &hi);
+            const int64_t c0 = lo - j0, c1 = hi - j0; // visible columns [c0, c1) of this block
+            float mx = -INFINITY;
+            for (int64_t c = 0; c < nb; c++) {
+                if (c < c0 || c >= c1) sr[c] = -INFINITY;
+                else if (sr[c] > mx) mx = sr[c];
+            }
+            const float mnew = mx > w->m[r] ? mx : w->m[r];
+            if (mnew == -INFINITY) { // nothing visible yet: P row 0
+                memset(sr, 0, (size_t)nb * sizeof(float));
+                continue;
+            }
+            float sum = 0.0f;
+            for (int64_t c = 0; c < nb; c++) {
+                const float e = expf(sr[c] - mnew); // masked: exp(-inf) = 0
+                sr[c] = e;
+                sum += e;
+            }
+            if (mnew != w->m[r]) {
+                const float a = expf(w->m[r] - mnew); // 0 when m was -inf
+                float *orow = w->o + r * D;
+                for (int64_t d = 0; d < D; d++) orow[d] *= a;
+                w->l[r] *= a;
+                w->m[r] = mnew;
+            }
+            w->l[r] += sum;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)M, (blasint)D, (blasint)nb, 1.0f, w->s,
+                    (blasint)BN, vb, (blasint)ldv, 1.0f, w->o, (blasint)D);
+    }
+
+    float *lse = p->lse ? (float *)p->lse->data : NULL;
+    for (int64_t ii = 0; ii < ni; ii++) {
+        const int64_t oo = row_off(G, s, b, i0 + ii, G->o_rs, G->o_bs) + g * grp * G->o_hs;
+        const int64_t lrow = s->qrow + i0 + ii; // lse is contiguous: (rows, H)
+        for (int64_t hh = 0; hh < grp; hh++) {
+            const int64_t r = ii * grp + hh;
+            const float L = w->l[r], inv = L > 0.0f ? 1.0f / L : 0.0f;
+            for (int64_t d = 0; d < D; d++) mf_store_f32(p->o.data, dt, oo + hh * G->o_hs + d, w->o[r * D + d] * inv);
+            if (lse) lse[lrow * G->H + g * grp + hh] = L > 0.0f ? w->m[r] + logf(L) : -INFINITY;
+        }
+    }
+}
+
+// Host checks of the index arrays (their values; shapes were checked in src/ops).
+static mf_status check_cu(const int32_t *cu, const char *name, int32_t batch, int64_t total, int64_t max_len,
+                          const char *max_name, const char *rows_of) {
+    if (cu[0] < 0) return mf_fail(MF_ERR_INVALID_ARG, "attention: %s[0] = %d (want >= 0)", name, cu[0]);
+    for (int32_t b = 0; b < batch; b++) {
+        if (cu[b + 1] < cu[b])
+            return mf_fail(MF_ERR_INVALID_ARG, "attention: %s[%d] = %d < %s[%d] = %d (must not decrease)", name,
+                           b + 1, cu[b + 1], name, b, cu[b]);
+        if ((int64_t)cu[b + 1] - cu[b] > max_len)
+            return mf_fail(MF_ERR_INVALID_ARG, "attention: sequence %d has length %d in %s, past %s = %lld", b,
+                           cu[b + 1] - cu[b], name, max_name, (long long)max_len);
+    }
+    if (cu[batch] > total)
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: %s[%d] = %d past the %lld rows of %s", name, batch, cu[batch],
+                       (long long)total, rows_of);
+    return MF_OK;
+}
+
+static mf_status fill_seqs(const mf_attention_args *p, att_seq *seq) {
+    const int32_t batch = p->batch;
+    if (!p->cu_seqlens_q) { // fixed
+        for (int32_t b = 0; b < batch; b++) {
+            seq[b].qrow = (int64_t)b * p->q.shape[1];
+            seq[b].q_len = p->q.shape[1], seq[b].k_len = p->k.shape[1];
+            seq[b].kbase = b * p->k.stride[0], seq[b].vbase = b * p->v.stride[0];
+        }
+        return MF_OK;
+    }
+    const int32_t *cuq = p->cu_seqlens_q->data;
+    MF_TRY(check_cu(cuq, "cu_seqlens_q", batch, p->q.shape[0], p->max_q_len, "max_q_len", "q"));
+    if (p->cu_seqlens_k) { // packed
+        const int32_t *cuk = p->cu_seqlens_k->data;
+        MF_TRY(check_cu(cuk, "cu_seqlens_k", batch, p->k.shape[0], p->max_k_len, "max_k_len", "k"));
+        for (int32_t b = 0; b < batch; b++) {
+            seq[b].qrow = cuq[b], seq[b].q_len = cuq[b + 1] - cuq[b];
+            seq[b].k_len = cuk[b + 1] - cuk[b];
+            seq[b].kbase = (int64_t)cuk[b] * p->k.stride[0], seq[b].vbase = (int64_t)cuk[b] * p->v.stride[0];
+        }
+        return MF_OK;
+    }
+    const int32_t *kl = p->k_lens->data, *slots = p->slots ? p->slots->data : NULL;
+    const int64_t n_slots = p->k.shape[0], max_len = p->k.shape[1];
+    for (int32_t b = 0; b < batch; b++) {
+        const int64_t slot = slots ? slots[b] : b;
+        if (slot < 0 || slot >= n_slots)
+            return mf_fail(MF_ERR_INVALID_ARG, "attention: slots[%d] = %lld out of range [0, n_slots = %lld)", b,
+                           (long long)slot, (long long)n_slots);
+        if (kl[b] < 0 || kl[b] > max_len)
+            return mf_fail(MF_ERR_INVALID_ARG, "attention: k_lens[%d] = %d out of range [0, max_len = %lld]", b, kl[b],
+                           (long long)max_len);
+        if (kl[b] > p->max_k_len)
+            return mf_fail(MF_ERR_INVALID_ARG, "attention: k_lens[%d] = %d past max_k_len = %lld", b, kl[b],
+                           (long long)p->max_k_len);
+        seq[b].qrow = cuq[b], seq[b].q_len = cuq[b + 1] - cuq[b], seq[b].k_len = kl[b];
+        seq[b].kbase = slot * p->k.stride[0], seq[b].vbase = slot * p->v.stride[0];
+    }
+    return MF_OK;
+}
+
+mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
+    (void)be;
+    const bool fixed = !p->cu_seqlens_q, cache = p->k_lens != NULL;
+    const int qnd = fixed ? 4 : 3, knd = cache || fixed ? 4 : 3;
+    att_geom G = {.p = p, .scale = p->scale};
+    G.H = p->q.shape[qnd - 2], G.D = p->q.shape[qnd - 1], G.KVH = p->k.shape[knd - 2];
+    G.grp = G.H / G.KVH, G.BM = block_m(G.grp);
+    G.q_rs = p->q.stride[qnd - 3], G.q_hs = p->q.stride[qnd - 2];
+    G.o_rs = p->o.stride[qnd - 3], G.o_hs = p->o.stride[qnd - 2];
+    G.fixed = fixed, G.q_bs = p->q.stride[0], G.o_bs = p->o.stride[0];
+    G.k_rs = p->k.stride[knd - 3], G.k_hs = p->k.stride[knd - 2];
+    G.v_rs = p->v.stride[knd - 3], G.v_hs = p->v.stride[knd - 2];
+
+    att_seq *seq = mf_malloc((size_t)(p->batch > 0 ? p->batch : 1) * sizeof *seq);
+    if (!seq) return mf_fail(MF_ERR_OOM, "attention: out of host memory for %d sequences", (int)p->batch);
+    mf_status st = fill_seqs(p, seq);
+    if (st != MF_OK) {
+        free(seq);
+        return st;
+    }
+    G.seq = seq;
+    int64_t n_items = 0;
+    for (int32_t b = 0; b < p->batch; b++) n_items += G.KVH * ((seq[b].q_len + G.BM - 1) / G.BM);
+    att_item *items = mf_malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *items);
+    if (!items) {
+        free(seq);
+        return mf_fail(MF_ERR_OOM, "attention: out of host memory for %lld work items", (long long)n_items);
+    }
+    // Later query blocks first: under causal they are the longest (dynamic schedule balances the tail).
+    int64_t n = 0;
+    for (int32_t b = 0; b < p->batch; b++)
+        for (int64_t i0 = seq[b].q_len > 0 ? (seq[b].q_len - 1) / G.BM * G.BM : -1; i0 >= 0; i0 -= G.BM)
+            for (int64_t g = 0; g < G.KVH; g++) items[n++] = (att_item){.b = b, .g = (int32_t)g, .i0 = i0};
+
+    int64_t Mmax = G.BM * G.grp;
+    int64_t qmax = 0;
+    for (int32_t b = 0; b < p->batch; b++) qmax = seq[b].q_len > qmax ? seq[b].q_len : qmax;
+    if (qmax < G.BM) Mmax = (qmax > 0 ? qmax : 1) * G.grp; // decode: tiles of a few rows
+    G.BN = Mmax <= 32 ? kBlockNDecode : kBlockN;
+    const int64_t D = G.D, BN = G.BN;
+    const size_t floats = (size_t)(2 * Mmax * D + Mmax * BN + 2 * BN * D + 2 * Mmax);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    const bool par = threads > 1 && n_items > 1;
+    const int blas_threads = openblas_get_num_threads();
+    if (par && blas_threads > 1) openblas_set_num_threads(1);
+    int oom = 0;
+#pragma omp parallel if (par)
+    {
+        float *buf = mf_malloc(floats * sizeof(float));
+        if (!buf) {
+#pragma omp atomic write
+            oom = 1;
+        }
+        att_scratch w = {0};
+        if (buf) {
+            w.q = buf, w.o = w.q + Mmax * D, w.s = w.o + Mmax * D, w.k = w.s + Mmax * BN;
+            w.v = w.k + BN * D, w.m = w.v + BN * D, w.l = w.m + Mmax;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < n_items; i++)
+            if (buf) run_item(&G, &items[i], &w);
+        free(buf);
+    }
+    if (par && blas_threads > 1) openblas_set_num_threads(blas_threads);
+    free(items);
+    free(seq);
+    if (oom)
+        return mf_fail(MF_ERR_OOM, "attention: out of host memory for a %lld x %lld tile (head_dim %lld)",
+                       (long long)Mmax, (long long)BN, (long long)D);
+    return MF_OK;
+}
