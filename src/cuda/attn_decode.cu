@@ -13,7 +13,8 @@ constexpr int kDecThreads = 128; // 4 warps, each a private online softmax over 
 constexpr int kDecWarps = kDecThreads / 32;
 constexpr int kMaxRows = 8;      // query rows (q row x head of the group) per block, at most
 constexpr int kUnroll = 2;       // key steps whose K/V loads are in flight together
-constexpr int kMinSplitKeys = 256; // a split reads at least this many keys (else the combine costs more)
+constexpr int kMinSplitKeys = 128; // a split reads at least this many keys (else the combine costs more)
+constexpr int kWavesPerSm = 4;     // auto split count aims at this many 4-warp blocks per SM
 
 // Shapes: q/o (rows, n_heads, D), k/v (keys or slots x max_len, n_kv_heads, D).
 // Grid: x = split (keys [split * chunk, +chunk) of the sequence), y = kv head
@@ -231,9 +232,10 @@ bool mf_cuda_attn_decode_fits(const AttnParams &p) {
 int mf_cuda_attn_decode_splits(const mf_cuda_ctx *c, const AttnParams &p, int num_splits) {
     const int max_by_len = (int)std::max<int64_t>(1, ((int64_t)p.max_k_len + kMinSplitKeys - 1) / kMinSplitKeys);
     if (num_splits > 0) return std::min(num_splits, std::max(1, p.max_k_len)); // fixed: deterministic
-    // Enough blocks for two waves of the SMs (sm_count is read once, at backend creation).
+    // Enough blocks to keep ~kWavesPerSm blocks (12-16 warps of loads in flight)
+    // on every SM (sm_count is read once, at backend creation).
     const int64_t base = (int64_t)p.batch * p.n_kv_heads * row_groups(p);
-    const int64_t want = (2 * (int64_t)c->sm_count + base - 1) / base;
+    const int64_t want = (kWavesPerSm * (int64_t)c->sm_count + base - 1) / base;
     return (int)std::min<int64_t>(std::min<int64_t>(want, max_by_len), 256);
 }
 
