@@ -221,7 +221,8 @@ mf_status launch(mf_cuda_ctx *c, const AttnParams &p, int n_splits, float *ws_o,
 bool mf_cuda_attn_decode_fits(const AttnParams &p) {
     const int d = p.head_dim;
     if (d != 32 && d != 64 && d != 128 && d != 256) return false;
-    if (p.batch > 65535 || p.max_q_len <= 0 || (int64_t)p.n_kv_heads * row_groups(p) > 65535) return false;
+    if (p.batch > 65535 || p.n_heads > 65535 || p.max_q_len <= 0 || (int64_t)p.n_kv_heads * row_groups(p) > 65535)
+        return false; // grid limits of the decode and combine launches
     if (!mf_aligned16(p.q) || !mf_aligned16(p.k) || !mf_aligned16(p.v)) return false;
     const int64_t st[] = {p.q_sr, p.q_sh, p.k_sr, p.k_sh, p.v_sr, p.v_sh, p.q_sb, p.k_sb, p.v_sb};
     for (int64_t x : st)

@@ -178,3 +178,117 @@ def test_decode_splits(q_len, k_len, grp, n_splits, causal, window):
         np.testing.assert_allclose(o[:, hg], ro, atol=1e-10)
         assert np.array_equal(np.isinf(lse[:, hg]), np.isinf(rl))
         np.testing.assert_allclose(lse[:, hg][~np.isinf(rl)], rl[~np.isinf(rl)], atol=1e-10)
+
+
+# ---- fragment-level model of one warp of attn_prefill_kernel ------------------------------------
+# The PTX ISA's tables for ldmatrix (m8n8, .x4, with and without .trans) and
+# mma.m16n8k16 (row.col) drive a per-lane emulation of the lane-address
+# formulas, the XOR swizzle and the C -> A re-pack of P used in the kernel.
+
+def swz(row, ch, D):
+    return row * D + ((ch ^ (row & 7)) << 3)
+
+
+def smem_store(tile, D):
+    """A (rows, D) tile written chunk by chunk at its swizzled place (as cp.async does)."""
+    buf = np.full(tile.shape[0] * D, np.nan)
+    for r in range(tile.shape[0]):
+        for ch in range(D // 8):
+            buf[swz(r, ch, D):swz(r, ch, D) + 8] = tile[r, ch * 8:ch * 8 + 8]
+    return buf
+
+
+def ldmatrix_x4(buf, addrs, trans=False):
+    """addrs[lane]: element offset of the row that lane provides; returns regs[lane][4] of 2 values."""
+    out = np.zeros((32, 4, 2))
+    for i in range(4):
+        m = np.array([buf[addrs[8 * i + r]:addrs[8 * i + r] + 8] for r in range(8)])  # 8 x 8
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            out[lane, i] = (m[2 * t, g], m[2 * t + 1, g]) if trans else (m[g, 2 * t], m[g, 2 * t + 1])
+    return out
+
+
+def mma16816(c, a, b0, b1):
+    """c[lane][4], a[lane][4][2], b0/b1[lane][2]: c += A (16x16) B (16x8) in the fragment layouts."""
+    A, B = np.zeros((16, 16)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        A[g, 2 * t:2 * t + 2], A[g + 8, 2 * t:2 * t + 2] = a[lane][0], a[lane][1]
+        A[g, 2 * t + 8:2 * t + 10], A[g + 8, 2 * t + 8:2 * t + 10] = a[lane][2], a[lane][3]
+        B[2 * t:2 * t + 2, g], B[2 * t + 8:2 * t + 10, g] = b0[lane], b1[lane]
+    C = A @ B
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        c[lane] += (C[g, 2 * t], C[g, 2 * t + 1], C[g + 8, 2 * t], C[g + 8, 2 * t + 1])
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_warp_fragments(D):
+    rng = np.random.default_rng(D)
+    N = K_BLOCK_N
+    warp = 3
+    Q = rng.standard_normal((K_BLOCK_M, D))
+    Kt, Vt = rng.standard_normal((N, D)), rng.standard_normal((N, D))
+    sQ, sK, sV = smem_store(Q, D), smem_store(Kt, D), smem_store(Vt, D)
+    lanes = range(32)
+    # Q fragments: row warp*16 + (lane & 15), chunk kk*2 + (lane >> 4)
+    qf = [ldmatrix_x4(sQ, [swz(warp * 16 + (l & 15), kk * 2 + (l >> 4), D) for l in lanes]) for kk in range(D // 16)]
+    sc = [np.zeros((32, 4)) for _ in range(N // 8)]
+    for kk in range(D // 16):
+        for np_ in range(N // 16):
+            kb = ldmatrix_x4(sK, [swz(np_ * 16 + (l & 7) + ((l >> 4) << 3), kk * 2 + ((l >> 3) & 1), D) for l in lanes])
+            mma16816(sc[2 * np_], qf[kk], kb[:, 0], kb[:, 1])
+            mma16816(sc[2 * np_ + 1], qf[kk], kb[:, 2], kb[:, 3])
+    S = Q[warp * 16:warp * 16 + 16] @ Kt.T
+    for i in range(N // 8):
+        for lane in lanes:
+            g, t = lane >> 2, lane & 3
+            for e in range(4):
+                r, j = g + (e >> 1) * 8, i * 8 + 2 * t + (e & 1)
+                assert abs(sc[i][lane, e] - S[r, j]) < 1e-9, (i, lane, e)
+    # O += P V with P = S (any values): the C fragments re-packed as A fragments
+    o = [np.zeros((32, 4)) for _ in range(D // 8)]
+    for kk in range(N // 16):
+        pa = np.zeros((32, 4, 2))
+        for lane in lanes:
+            pa[lane] = (sc[2 * kk][lane, 0:2], sc[2 * kk][lane, 2:4], sc[2 * kk + 1][lane, 0:2],
+                        sc[2 * kk + 1][lane, 2:4])
+        for dp in range(D // 16):
+            vb = ldmatrix_x4(sV, [swz(kk * 16 + (l & 7) + (((l >> 3) & 1) << 3), dp * 2 + (l >> 4), D) for l in lanes],
+                             trans=True)
+            mma16816(o[2 * dp], pa, vb[:, 0], vb[:, 1])
+            mma16816(o[2 * dp + 1], pa, vb[:, 2], vb[:, 3])
+    O = S @ Vt
+    for i in range(D // 8):
+        for lane in lanes:
+            g, t = lane >> 2, lane & 3
+            for e in range(4):
+                r, d = g + (e >> 1) * 8, i * 8 + 2 * t + (e & 1)
+                assert abs(o[i][lane, e] - O[r, d]) < 1e-8, (i, lane, e)
+    # O staging: (row g + 8r, chunk i, word t) at swz(row, i) + 2t; read back by rows
+    st = np.full(K_BLOCK_M * D, np.nan)
+    for i in range(D // 8):
+        for lane in lanes:
+            g, t = lane >> 2, lane & 3
+            for r in range(2):
+                row = warp * 16 + g + 8 * r
+                st[swz(row, i, D) + 2 * t:swz(row, i, D) + 2 * t + 2] = o[i][lane, 2 * r:2 * r + 2]
+    for rr in range(16):
+        row = warp * 16 + rr
+        got = np.concatenate([st[swz(row, ch, D):swz(row, ch, D) + 8] for ch in range(D // 8)])
+        np.testing.assert_allclose(got, O[rr], atol=1e-8)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_swizzle_banks(D):
+    """Each 8-lane phase of an ldmatrix (8 rows, one logical chunk) and of the cp.async
+    writes (8 chunks of one row) hits 8 distinct 16-byte bank groups."""
+    for base in range(0, 64, 8):
+        for ch in range(D // 8):
+            groups = {(swz(base + r, ch, D) * 2 // 16) % 8 for r in range(8)}
+            assert len(groups) == 8
+    for row in range(16):
+        for c0 in range(0, D // 8, 8):
+            groups = {(swz(row, c0 + c, D) * 2 // 16) % 8 for c in range(8)}
+            assert len(groups) == 8
