@@ -2,6 +2,8 @@
 // bf16 in, f32 accumulate), for head dims 64 and 128, all three modes of
 // mf_attention (fixed, packed varlen, KV cache). Written for minfer from the
 // published FA2 algorithm (Dao, 2023); no code taken from any project.
+#include <atomic>
+
 #include "cuda/attention.cuh"
 
 namespace {
@@ -312,9 +314,14 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
 template <int D, bool BF16> mf_status launch(mf_cuda_ctx *c, const AttnParams &p) {
     using Tr = PrefillTraits<D>;
     auto kern = attn_prefill_kernel<D, BF16>;
-    // The opt-in above 48 KB is per kernel and device; setting it each launch costs ~1 us.
-    if (Tr::kSmemBytes > 48 * 1024)
+    // The opt-in above 48 KB is per kernel and device: done once per device
+    // (ordinals past 63 set it every launch).
+    static std::atomic<uint64_t> opted{0};
+    const uint64_t bit = c->device < 64 ? (uint64_t)1 << c->device : 0;
+    if (Tr::kSmemBytes > 48 * 1024 && (!bit || !(opted.load(std::memory_order_relaxed) & bit))) {
         MF_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+        opted.fetch_or(bit, std::memory_order_relaxed);
+    }
     const dim3 grid((unsigned)((p.max_q_len + Tr::kBlockM - 1) / Tr::kBlockM), (unsigned)p.n_heads, (unsigned)p.batch);
     kern<<<grid, Tr::kThreads, Tr::kSmemBytes, c->stream>>>(p);
     MF_CUDA_CHECK_LAUNCH("attn_prefill");
