@@ -122,6 +122,15 @@ bad "bad value '0' for --iters" bench moe --iters 0
 bad "--mode needs a value" bench moe --mode
 bad "bad value 'both' for --mode" bench moe --mode both
 bad "bad value 'f64' for --dtype" bench moe --dtype f64
+# ---- bench attention
+bad "--iters 0: not an integer in [1, 1000000]" bench attention --iters 0
+bad "--dtype f8" bench attention --dtype f8
+bad "--cases both" bench attention --cases both
+bad "--num-splits 999" bench attention --num-splits 999
+bad "--format yaml" bench attention --format yaml
+bad "--max-mb -1: not a finite number >= 0" bench attention --max-mb -1
+bad "--csv needs a value" bench attention --csv
+bad "unknown option --bogus" bench attention --bogus 1
 bad "--iters x" bench --iters x
 bad "unknown benchmark 'gemm9'" bench gemm9
 # ---- the top level
@@ -134,6 +143,8 @@ good "minfer info --help" info --help
 good "minfer bench model --help" bench model --help
 good "minfer bench softmax --help" bench softmax --help
 good "minfer bench moe --help" bench moe --help
+good "minfer bench attention --help" bench attention --help
+good "minfer bench attention (cpu, decode, 1 iteration, csv)" bench attention --backend cpu --cases decode --warmup 0 --iters 1 --format csv
 good "minfer generate (llama-tiny, 4 tokens, greedy, cpu)" generate "${m[@]}" -p Hello -n 4 --temp 0 --seed 1 --backend cpu
 good "minfer score --tokens (llama-tiny, cpu)" score "${m[@]}" --tokens 1,5,7 --backend cpu
 good "minfer info -m (llama-tiny, cpu)" info "${m[@]}" --batch 2 --seq 64 --backend cpu

@@ -17,7 +17,7 @@ static void usage(FILE *f) {
             "  generate    generate text from a prompt, streamed to stdout (minfer generate --help)\n"
             "  info        backends and build information; with -m DIR: a model's architecture and memory plan\n"
             "  score       per-token NLL and perplexity of a text (minfer score --help)\n"
-            "  bench [op]  benchmarks (ops: softmax, moe; none named: softmax); minfer bench moe --help\n"
+            "  bench [op]  benchmarks (ops: softmax, attention, moe; none named: softmax); minfer bench OP --help\n"
             "  bench model the end-to-end model benchmark and per-op profile (minfer bench model --help)\n"
             "  bench gemm-host  host microseconds per GEMM call (CUDA: plan cache off vs on)\n"
             "\n"
@@ -44,10 +44,11 @@ static int cmd_info(void) {
 static int cmd_bench(int argc, char **argv) {
     if (argc > 0 && argv[0][0] != '-') {
         if (!strcmp(argv[0], "softmax")) return mf_bench_softmax_main(argc - 1, argv + 1);
+        if (!strcmp(argv[0], "attention")) return mf_bench_attention_main(argc - 1, argv + 1);
         if (!strcmp(argv[0], "moe")) return mf_bench_moe_main(argc - 1, argv + 1);
         if (!strcmp(argv[0], "model")) return mf_bench_model_main(argc - 1, argv + 1);
         if (!strcmp(argv[0], "gemm-host")) return mf_bench_gemm_host_main(argc - 1, argv + 1);
-        fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax, moe, gemm-host)\n", argv[0]);
+        fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax, attention, moe, model, gemm-host)\n", argv[0]);
         return 2;
     }
     return mf_bench_softmax_main(argc, argv);

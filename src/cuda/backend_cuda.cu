@@ -7,6 +7,7 @@
 // caller keeps that device current on the threads that use it.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/alloc.h"
 #include "cuda/common.cuh"
@@ -74,13 +75,14 @@ static mf_status ctx_init(mf_cuda_ctx *c) {
     MF_CUBLAS_TRY(cublasLtCreate(&c->lt));
     MF_TRY(device_alloc(kWorkspaceBytes, &c->workspace, "cuBLASLt workspace"));
     c->workspace_bytes = kWorkspaceBytes;
-    MF_TRY(device_alloc(sizeof(unsigned int), reinterpret_cast<void **>(&c->err_count), "error counter"));
+    const size_t err_bytes = kMfErrSlots * sizeof(unsigned int);
+    MF_TRY(device_alloc(err_bytes, reinterpret_cast<void **>(&c->err_count), "error counters"));
     if (mf_fault_should_fail())
         return mf_fail(MF_ERR_OOM, "cuda: out of pinned host memory allocating %zu bytes (error read-back)",
-                       sizeof(unsigned int));
-    MF_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&c->err_host), sizeof(unsigned int)));
-    *c->err_host = 0;
-    MF_CUDA_TRY(cudaMemset(c->err_count, 0, sizeof(unsigned int)));
+                       err_bytes);
+    MF_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&c->err_host), err_bytes));
+    memset(c->err_host, 0, err_bytes);
+    MF_CUDA_TRY(cudaMemset(c->err_count, 0, err_bytes));
     // The zeroed counter must be visible to whatever stream set_stream installs later.
     MF_CUDA_TRY(cudaDeviceSynchronize());
     return MF_OK;
@@ -139,15 +141,27 @@ static mf_status cuda_sync(mf_backend *be) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
     if (c->err_pending) {
         // Read and reset the counter in stream order: one wait covers both.
-        MF_CUDA_TRY(cudaMemcpyAsync(c->err_host, c->err_count, sizeof(unsigned int), cudaMemcpyDeviceToHost,
-                                    c->stream));
-        MF_CUDA_TRY(cudaMemsetAsync(c->err_count, 0, sizeof(unsigned int), c->stream));
+        MF_CUDA_TRY(cudaMemcpyAsync(c->err_host, c->err_count, kMfErrSlots * sizeof(unsigned int),
+                                    cudaMemcpyDeviceToHost, c->stream));
+        MF_CUDA_TRY(cudaMemsetAsync(c->err_count, 0, kMfErrSlots * sizeof(unsigned int), c->stream));
     }
     MF_CUDA_TRY(cudaStreamSynchronize(c->stream));
     if (c->err_pending) {
         c->err_pending = false;
-        unsigned int bad = *c->err_host;
-        *c->err_host = 0;
+        const unsigned int bad = c->err_host[kMfErrEmbed], bad_attn = c->err_host[kMfErrAttention];
+        memset(c->err_host, 0, kMfErrSlots * sizeof(unsigned int));
+        const unsigned int bad_kv = c->err_host[kMfErrKvWrite];
+        if (bad_kv)
+            return mf_fail(MF_ERR_INVALID_ARG,
+                           "kv_write: %u token(s) with a slot or position out of range since the last sync "
+                           "(they were skipped)",
+                           bad_kv);
+        if (bad_attn)
+            return mf_fail(MF_ERR_INVALID_ARG,
+                           "attention: %u sequence(s) with invalid device lengths (decreasing cu_seqlens, a length "
+                           "past max_q_len / max_k_len / the cache, or a slot out of range) since the last sync "
+                           "(their rows were zero-filled)",
+                           bad_attn);
         if (bad)
             return mf_fail(MF_ERR_INVALID_ARG,
                            "embed: %u token id(s) out of range [0, %lld) since the last sync (their rows were "
@@ -257,6 +271,8 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->moe_permute = mf_cuda_moe_permute;
     be->moe_combine = mf_cuda_moe_combine;
     be->moe_experts = mf_cuda_moe_experts; // the cuBLASLt loop, or grouped with MINFER_MOE_GEMM=grouped
+    be->attention = mf_cuda_attention;
+    be->attention_workspace = mf_cuda_attention_workspace;
     be->kv_write = mf_cuda_kv_write;
     *out = be;
     return MF_OK;

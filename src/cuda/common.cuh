@@ -29,9 +29,9 @@ struct mf_cuda_ctx {
     cublasLtHandle_t lt;      // one handle for the backend's lifetime
     void *workspace;          // (workspace_bytes) cuBLASLt scratch, used on `stream`
     size_t workspace_bytes;
-    unsigned int *err_count;  // (1) device: out-of-range token ids since the last sync
-    unsigned int *err_host;   // (1) pinned host: err_count read back at sync
-    bool err_pending;         // an embed was queued since the last sync (else sync skips the read-back)
+    unsigned int *err_count;  // (kMfErrSlots) device: errors only the device sees, since the last sync
+    unsigned int *err_host;   // (kMfErrSlots) pinned host: err_count read back at sync
+    bool err_pending;         // an op that can count was queued since the last sync (else sync skips the read-back)
     int64_t err_vocab;        // vocab of the last embed, for the sync message
     cudaStream_t capture;     // graph recording: a private stream (capture cannot use the legacy one), or NULL
     cudaStream_t capture_prev;// the stream graph_begin replaced (restored by graph_end)
@@ -39,6 +39,14 @@ struct mf_cuda_ctx {
     mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
     mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
     void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
+};
+
+// Slots of mf_cuda_ctx::err_count: one counter per kind of device-side error.
+enum {
+    kMfErrEmbed = 0,     // token ids out of range (embed)
+    kMfErrAttention = 1, // sequences with bad device lengths / slots (attention)
+    kMfErrKvWrite = 2,   // tokens with a bad (slot, pos) (kv_write)
+    kMfErrSlots = 4,     // room for more
 };
 
 static inline mf_cuda_ctx *mf_cuda_ctx_of(mf_backend *be) { return static_cast<mf_cuda_ctx *>(be->ctx); }
@@ -112,6 +120,8 @@ mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); 
 mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu
 mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
 void mf_cuda_moe_release(mf_cuda_ctx *c); // moe.cu: frees c->cublas
+mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *args); // attention.cu
+mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes);
 mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *args); // kv_write.cu
 }
 

@@ -58,7 +58,7 @@ extern "C" mf_status mf_cuda_embed(mf_backend *be, const mf_embed_args *a) {
     p.table = a->table.data, p.t_rs = a->table.stride[0], p.t_dt = a->table.dtype;
     p.y = a->y.data, p.y_rs = a->y.stride[0], p.y_dt = a->y.dtype;
     p.n = a->ids.shape[0], p.vocab = a->table.shape[0], p.dim = a->table.shape[1];
-    p.err = c->err_count;
+    p.err = c->err_count + kMfErrEmbed;
     const int64_t tsz = (int64_t)mf_dtype_size(a->table.dtype), ysz = (int64_t)mf_dtype_size(a->y.dtype);
     p.vec = p.dim % kMfVec == 0 && mf_aligned16(p.table) && mf_aligned16(p.y) &&
             (p.vocab == 1 || (p.t_rs * tsz) % 16 == 0) && (p.n == 1 || (p.y_rs * ysz) % 16 == 0);

@@ -151,7 +151,7 @@ extern "C" mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *a)
     p.half = a->inv_freq ? a->inv_freq->shape[0] : 0;
     p.n = a->k.shape[0], p.n_kv = a->k.shape[1], p.D = a->k.shape[2];
     p.n_slots = a->k_cache.shape[0], p.max_len = a->k_cache.shape[1];
-    p.err = c->err_count;
+    p.err = c->err_count + kMfErrKvWrite;
     const size_t smem = (size_t)p.half * sizeof(float2);
     if (smem > 48 * 1024)
         return mf_fail(MF_ERR_UNSUPPORTED, "kv_write: rot_dim %lld too large for the CUDA kernel (max 12288)",

@@ -1,0 +1,188 @@
+// mf_attention on CUDA: builds the kernel parameters from the validated
+// arguments and picks one of three kernels:
+//   decode   (attn_decode.cu)  few q rows per KV head (q_len * grp <= 16), any
+//            dtype, D in {32, 64, 128, 256}: split-KV, memory-bound;
+//   prefill  (attn_prefill.cu) f16/bf16, D in {64, 128}: FlashAttention-2 on
+//            tensor cores;
+//   fallback (here)            everything else up to D = 256 (f32 prefill,
+//            odd head dims, unaligned views): one warp per (q row, head),
+//            CUDA cores, correct but slow.
+// Bad device lengths zero-fill the sequence's rows and count on the
+// context's error slot kMfErrAttention; mf_backend_sync reports them.
+#include <climits>
+
+#include "cuda/attention.cuh"
+
+namespace {
+
+constexpr int kDecodeRows = 16; // q_len * grp up to this: the split-KV kernel
+constexpr int kFbWarps = 4;     // fallback block: 4 heads of one q row
+constexpr int kFbMaxD = 256;    // fallback: 8 dims per lane
+
+// Shapes: q/o (rows, n_heads, D). Grid: x = q row of the sequence, y = group
+// of kFbWarps heads, z = sequence. Warp w owns head 4y + w of row x: lane
+// holds dims lane + 32 i of q (pre-scaled) and O; a key costs one warp sum.
+__global__ void __launch_bounds__(kFbWarps * 32, 1) attn_fallback_kernel(const AttnParams p) {
+    const int i = blockIdx.x, b = blockIdx.z, lane = threadIdx.x & 31;
+    const int h = blockIdx.y * kFbWarps + (threadIdx.x >> 5);
+    const SeqView s = attn_seq(p, b);
+    if (!s.ok && i == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicAdd(p.err, 1u);
+    if (i >= s.q_len) return;
+    if (h >= p.n_heads) return;
+    if (!s.ok) { // each warp zero-fills its head's row
+        const int64_t ob = s.o_off + (int64_t)i * p.o_sr + (int64_t)h * p.o_sh;
+        for (int d = lane; d < p.head_dim; d += 32) mf_st(p.o, p.dt, ob + d, 0.0f);
+        if (p.lse && lane == 0) p.lse[s.l_off + (int64_t)i * p.l_sr + (int64_t)h * p.l_sh] = -INFINITY;
+        return;
+    }
+    const int kvh = h / p.grp, off = s.k_len - s.q_len, D = p.head_dim;
+    float q[kFbMaxD / 32], o[kFbMaxD / 32];
+    const int64_t qb = s.q_off + (int64_t)i * p.q_sr + (int64_t)h * p.q_sh;
+#pragma unroll
+    for (int e = 0; e < kFbMaxD / 32; e++) {
+        const int d = lane + 32 * e;
+        q[e] = d < D ? mf_ld(p.q, p.dt, qb + d) * p.scale_log2 : 0.0f;
+        o[e] = 0.0f;
+    }
+    int j0 = 0, j1 = s.k_len;
+    if (p.causal) {
+        j1 = max(0, min(j1, i + off + 1));
+        if (p.window > 0) j0 = max(0, i + off - p.window + 1);
+    }
+    float m = -INFINITY, l = 0.0f;
+    const int64_t kb = s.k_off + (int64_t)kvh * p.k_sh, vb = s.v_off + (int64_t)kvh * p.v_sh;
+    for (int j = j0; j < j1; j++) {
+        float sc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kFbMaxD / 32; e++) {
+            const int d = lane + 32 * e;
+            if (d < D) sc = fmaf(q[e], mf_ld(p.k, p.dt, kb + (int64_t)j * p.k_sr + d), sc);
+        }
+        sc = mf_warp_sum(sc);
+        const float m_new = fmaxf(m, sc), alpha = attn_exp2(m - m_new), pr = attn_exp2(sc - m_new);
+        l = l * alpha + pr;
+#pragma unroll
+        for (int e = 0; e < kFbMaxD / 32; e++) {
+            const int d = lane + 32 * e;
+            o[e] = o[e] * alpha + (d < D ? pr * mf_ld(p.v, p.dt, vb + (int64_t)j * p.v_sr + d) : 0.0f);
+        }
+        m = m_new;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int64_t ob = s.o_off + (int64_t)i * p.o_sr + (int64_t)h * p.o_sh;
+#pragma unroll
+    for (int e = 0; e < kFbMaxD / 32; e++) {
+        const int d = lane + 32 * e;
+        if (d < D) mf_st(p.o, p.dt, ob + d, o[e] * inv);
+    }
+    if (p.lse && lane == 0)
+        p.lse[s.l_off + (int64_t)i * p.l_sr + (int64_t)h * p.l_sh] = l > 0.0f ? (m + __log2f(l)) * kLn2 : -INFINITY;
+}
+
+// The kernel view of validated arguments (see ops.h for the three modes).
+mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p) {
+    *p = AttnParams{};
+    const bool fixed = !a->cu_seqlens_q, cache = a->k_lens != nullptr;
+    const int qd = a->q.ndim; // 4 fixed, 3 otherwise
+    p->q = a->q.data, p->k = a->k.data, p->v = a->v.data, p->o = a->o.data;
+    p->lse = a->lse ? static_cast<float *>(a->lse->data) : nullptr;
+    p->dt = a->q.dtype;
+    p->head_dim = (int)a->q.shape[qd - 1];
+    p->n_heads = (int)a->q.shape[qd - 2];
+    p->n_kv_heads = (int)a->k.shape[a->k.ndim - 2];
+    p->grp = p->n_heads / p->n_kv_heads;
+    p->batch = a->batch;
+    p->scale_log2 = a->scale * kLog2e;
+    p->causal = a->causal ? 1 : 0;
+    if (a->window > INT_MAX) return mf_fail(MF_ERR_UNSUPPORTED, "attention: window %lld too large for cuda", (long long)a->window);
+    p->window = a->causal ? (int)a->window : 0;
+    p->err = c->err_count + kMfErrAttention;
+    if (fixed) {
+        p->mode = kModeFixed;
+        p->batch = (int)a->q.shape[0];
+        p->q_sb = a->q.stride[0], p->q_sr = a->q.stride[1], p->q_sh = a->q.stride[2];
+        p->o_sb = a->o.stride[0], p->o_sr = a->o.stride[1], p->o_sh = a->o.stride[2];
+        p->k_sb = a->k.stride[0], p->k_sr = a->k.stride[1], p->k_sh = a->k.stride[2];
+        p->v_sb = a->v.stride[0], p->v_sr = a->v.stride[1], p->v_sh = a->v.stride[2];
+        if (a->lse) p->l_sb = a->lse->stride[0], p->l_sr = a->lse->stride[1], p->l_sh = a->lse->stride[2];
+        if (a->q.shape[1] > INT_MAX || a->k.shape[1] > INT_MAX)
+            return mf_fail(MF_ERR_UNSUPPORTED, "attention: sequence longer than %d on cuda", INT_MAX);
+        p->q_len_fixed = p->max_q_len = (int)a->q.shape[1];
+        p->k_len_fixed = p->max_k_len = (int)a->k.shape[1];
+        p->total_q = a->q.shape[0] * a->q.shape[1];
+        return MF_OK;
+    }
+    p->mode = cache ? kModeCache : kModePacked;
+    p->cu_q = static_cast<const int32_t *>(a->cu_seqlens_q->data);
+    p->cu_k = a->cu_seqlens_k ? static_cast<const int32_t *>(a->cu_seqlens_k->data) : nullptr;
+    p->k_lens = cache ? static_cast<const int32_t *>(a->k_lens->data) : nullptr;
+    p->slots = a->slots ? static_cast<const int32_t *>(a->slots->data) : nullptr;
+    p->q_sr = a->q.stride[0], p->q_sh = a->q.stride[1];
+    p->o_sr = a->o.stride[0], p->o_sh = a->o.stride[1];
+    if (a->lse) p->l_sr = a->lse->stride[0], p->l_sh = a->lse->stride[1];
+    p->total_q = a->q.shape[0];
+    if (cache) {
+        p->k_sb = a->k.stride[0], p->k_sr = a->k.stride[1], p->k_sh = a->k.stride[2];
+        p->v_sb = a->v.stride[0], p->v_sr = a->v.stride[1], p->v_sh = a->v.stride[2];
+        p->n_slots = a->k.shape[0], p->total_k = a->k.shape[1];
+    } else {
+        p->k_sr = a->k.stride[0], p->k_sh = a->k.stride[1];
+        p->v_sr = a->v.stride[0], p->v_sh = a->v.stride[1];
+        p->total_k = a->k.shape[0];
+    }
+    if (a->max_q_len > INT_MAX || a->max_k_len > INT_MAX)
+        return mf_fail(MF_ERR_UNSUPPORTED, "attention: max_q_len / max_k_len past %d on cuda", INT_MAX);
+    p->max_q_len = (int)a->max_q_len, p->max_k_len = (int)a->max_k_len;
+    return MF_OK;
+}
+
+enum Path { kPathNone, kPathDecode, kPathPrefill, kPathFallback };
+
+Path pick(const AttnParams &p) {
+    if (p.batch <= 0 || p.max_q_len <= 0 || p.total_q <= 0) return kPathNone; // no q rows
+    const bool few_rows = (int64_t)p.max_q_len * p.grp <= kDecodeRows;
+    const bool dec = mf_cuda_attn_decode_fits(p), pre = mf_cuda_attn_prefill_fits(p);
+    if (dec && (few_rows || !pre)) return kPathDecode;
+    if (pre) return kPathPrefill;
+    return kPathFallback;
+}
+
+} // namespace
+
+mf_status mf_cuda_attn_fallback(mf_cuda_ctx *c, const AttnParams &p) {
+    const dim3 grid((unsigned)p.max_q_len, (unsigned)((p.n_heads + kFbWarps - 1) / kFbWarps), (unsigned)p.batch);
+    attn_fallback_kernel<<<grid, kFbWarps * 32, 0, c->stream>>>(p);
+    MF_CUDA_CHECK_LAUNCH("attn_fallback");
+    return MF_OK;
+}
+
+extern "C" mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *a) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    AttnParams p;
+    MF_TRY(make_params(c, a, &p));
+    if (p.head_dim > kFbMaxD)
+        return mf_fail(MF_ERR_UNSUPPORTED, "attention: head_dim %d is not supported on cuda (at most %d)", p.head_dim,
+                       kFbMaxD);
+    if (p.batch > 65535 || p.n_heads > 65535 * kFbWarps)
+        return mf_fail(MF_ERR_UNSUPPORTED, "attention: batch %d / n_heads %d past the cuda grid limit (65535)",
+                       p.batch, p.n_heads);
+    mf_status s = MF_OK;
+    switch (pick(p)) {
+    case kPathNone: return MF_OK;
+    case kPathDecode: s = mf_cuda_attn_decode(c, p, a->num_splits, a->workspace, a->workspace_bytes); break;
+    case kPathPrefill: s = mf_cuda_attn_prefill(c, p); break;
+    case kPathFallback: s = mf_cuda_attn_fallback(c, p); break;
+    }
+    if (s == MF_OK && p.mode != kModeFixed) c->err_pending = true; // device lengths: sync reads the counter
+    return s;
+}
+
+extern "C" mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *a, size_t *bytes) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    *bytes = 0;
+    AttnParams p;
+    MF_TRY(make_params(c, a, &p));
+    if (p.head_dim > kFbMaxD || pick(p) != kPathDecode) return MF_OK;
+    *bytes = mf_cuda_attn_decode_ws_bytes(p, mf_cuda_attn_decode_splits(c, p, a->num_splits));
+    return MF_OK;
+}

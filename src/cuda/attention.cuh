@@ -1,0 +1,117 @@
+// Internal: what the attention kernels share (attn_prefill.cu, attn_decode.cu,
+// attention.cu): the launch parameters, the per-sequence view that resolves
+// the three modes of mf_attention_args (fixed, packed, cache) from device
+// memory, and the mask rule. See include/minfer/ops.h for the contract.
+#ifndef MF_CUDA_ATTENTION_CUH
+#define MF_CUDA_ATTENTION_CUH
+
+#include "cuda/common.cuh"
+
+// All strides in elements. "row" is a token (q row or key row), "h" a head.
+struct AttnParams {
+    const void *q, *k, *v; // q (rows, n_heads, D); k, v (rows or slots x max_len, n_kv_heads, D)
+    void *o;               // like q
+    float *lse;            // NULL or (rows, n_heads) f32
+    int64_t q_sb, q_sr, q_sh; // q: batch (fixed mode), row, head strides
+    int64_t k_sb, k_sr, k_sh; // k: batch (fixed) / slot (cache), row, head
+    int64_t v_sb, v_sr, v_sh;
+    int64_t o_sb, o_sr, o_sh;
+    int64_t l_sb, l_sr, l_sh;    // lse strides (fixed: batch, row, head; else 0, row, head)
+    const int32_t *cu_q, *cu_k;  // (batch + 1) or NULL
+    const int32_t *k_lens, *slots; // (batch) or NULL
+    int mode;                    // kModeFixed | kModePacked | kModeCache
+    int batch, n_heads, n_kv_heads, grp, head_dim;
+    int q_len_fixed, k_len_fixed; // fixed mode lengths
+    int64_t total_q;             // q rows (packed/cache: q.shape[0]; fixed: batch * q_len)
+    int64_t total_k;             // packed: k.shape[0]; cache: max_len
+    int64_t n_slots;             // cache mode
+    int max_q_len, max_k_len;    // grid bounds (fixed mode: the fixed lengths)
+    float scale_log2;            // scale * log2(e): scores live in the exp2 domain
+    int causal, window;
+    int dt;                      // mf_dtype of q, k, v, o
+    unsigned int *err;           // device counter of sequences with bad lengths
+};
+
+enum { kModeFixed = 0, kModePacked = 1, kModeCache = 2 };
+
+// One sequence resolved: element offsets of its first q/o row and first key
+// row (head 0), its lengths, and the flat q row index of its first row (for
+// lse, split-KV partials). ok == false: the device lengths are invalid; the
+// q rows [row0, row0 + q_len) are still safe to zero-fill when q_len >= 0.
+struct SeqView {
+    int64_t q_off, o_off, k_off, v_off, l_off, row0;
+    int q_len, k_len;
+    bool ok;
+};
+
+__device__ __forceinline__ SeqView attn_seq(const AttnParams &p, int b) {
+    SeqView s;
+    s.ok = true;
+    if (p.mode == kModeFixed) {
+        s.q_len = p.q_len_fixed, s.k_len = p.k_len_fixed, s.row0 = (int64_t)b * p.q_len_fixed;
+        s.q_off = b * p.q_sb, s.o_off = b * p.o_sb, s.l_off = b * p.l_sb;
+        s.k_off = b * p.k_sb, s.v_off = b * p.v_sb;
+        return s;
+    }
+    const int64_t q0 = p.cu_q[b], q1 = p.cu_q[b + 1];
+    s.row0 = q0, s.q_len = (int)(q1 - q0);
+    if (q0 < 0 || q1 < q0 || q1 > p.total_q) { // the q rows themselves are unknown: write nothing
+        s.ok = false, s.q_len = -1, s.row0 = 0, s.k_len = 0;
+        s.q_off = s.o_off = s.l_off = s.k_off = s.v_off = 0;
+        return s;
+    }
+    s.q_off = q0 * p.q_sr, s.o_off = q0 * p.o_sr, s.l_off = q0 * p.l_sr;
+    if (q1 - q0 > p.max_q_len) s.ok = false;
+    if (p.mode == kModePacked) {
+        const int64_t k0 = p.cu_k[b], k1 = p.cu_k[b + 1];
+        if (k0 < 0 || k1 < k0 || k1 > p.total_k || k1 - k0 > p.max_k_len) s.ok = false;
+        s.k_len = s.ok ? (int)(k1 - k0) : 0;
+        s.k_off = s.ok ? k0 * p.k_sr : 0, s.v_off = s.ok ? k0 * p.v_sr : 0;
+    } else {
+        const int64_t kl = p.k_lens[b], slot = p.slots ? p.slots[b] : b;
+        if (kl < 0 || kl > p.max_k_len || kl > p.total_k || slot < 0 || slot >= p.n_slots) s.ok = false;
+        s.k_len = s.ok ? (int)kl : 0;
+        s.k_off = s.ok ? slot * p.k_sb : 0, s.v_off = s.ok ? slot * p.v_sb : 0;
+    }
+    return s;
+}
+
+// Is key j visible from query row i (both within the sequence)? off = k_len - q_len
+// aligns causal bottom-right; window > 0 keeps the last `window` keys up to the diagonal.
+__device__ __forceinline__ bool attn_visible(const AttnParams &p, int i, int j, int k_len, int off) {
+    if (j >= k_len) return false;
+    if (!p.causal) return true;
+    const int d = i + off; // last visible key of row i
+    return j <= d && (p.window <= 0 || j > d - p.window);
+}
+
+__device__ __forceinline__ float attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Error path of every kernel: rows [r0, r1) of head h of sequence s become 0
+// (lse -inf). The block's threads stride over the elements.
+__device__ __forceinline__ void attn_zero_rows(const AttnParams &p, const SeqView &s, int h, int r0, int r1) {
+    for (int r = r0; r < r1; r++) // 32-bit indices: a 64-bit division here made ptxas spill
+        for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+            mf_st(p.o, p.dt, s.o_off + (int64_t)r * p.o_sr + (int64_t)h * p.o_sh + d, 0.0f);
+            if (p.lse && d == 0) p.lse[s.l_off + (int64_t)r * p.l_sr + (int64_t)h * p.l_sh] = -INFINITY;
+        }
+}
+
+// Entries of the three kernels (argument checks done by the dispatch).
+mf_status mf_cuda_attn_prefill(mf_cuda_ctx *c, const AttnParams &p);     // attn_prefill.cu
+bool mf_cuda_attn_prefill_fits(const AttnParams &p);                     // tensor-core shapes
+mf_status mf_cuda_attn_decode(mf_cuda_ctx *c, const AttnParams &p, int num_splits, void *ws,
+                              size_t ws_bytes);                           // attn_decode.cu
+bool mf_cuda_attn_decode_fits(const AttnParams &p);
+int mf_cuda_attn_decode_splits(const mf_cuda_ctx *c, const AttnParams &p, int num_splits);
+size_t mf_cuda_attn_decode_ws_bytes(const AttnParams &p, int splits);
+mf_status mf_cuda_attn_fallback(mf_cuda_ctx *c, const AttnParams &p);    // attention.cu
+
+#endif // MF_CUDA_ATTENTION_CUH
