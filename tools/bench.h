@@ -5,5 +5,6 @@
 
 int mf_bench_softmax_main(int argc, char **argv);   // bench_softmax.c
 int mf_bench_gemm_host_main(int argc, char **argv); // bench_gemm_host.c
+int mf_bench_gemv_main(int argc, char **argv);      // bench_gemv.c
 
 #endif // MF_TOOLS_BENCH_H
