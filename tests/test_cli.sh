@@ -154,7 +154,7 @@ says "info: no chat template (llama-tiny)" "no chat template" info "${m[@]}" --b
 says "info: backends (llama-tiny)" "cpu:  every op" info "${m[@]}" --backend cpu
 says "info: family (mistral-window-tiny)" "family:       llama, MistralForCausalLM" info -m "$fix/models/mistral-window-tiny" --backend cpu
 
-says "bench gemv (cpu, tiny shapes, csv)" "cpu,cpu: " bench gemv --backend cpu --m 2 --warmup 0 --iters 1 --format csv
+says "bench gemv (cpu, tiny shapes, csv)" ",tiny,a,2,64,128,0.02,cpu," bench gemv --backend cpu --m 2 --warmup 0 --iters 1 --format csv
 
 echo "bad-input cases: $nbad"
 echo "$pass passed, $fail failed"
