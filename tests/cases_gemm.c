@@ -335,7 +335,8 @@ void th_cases_gemm(th_list *l) {
     // 6. The decode path (CUDA "gemv", turned on per call): m = 1..8, b a
     //    Linear weight (transposed view), odd n (a partial last warp), k a
     //    multiple of 8 but not of the kernel's 1024-element step (tails), one
-    //    and several k-splits (n small, k >= 4096: 2 and 3 splits on 132 SMs),
+    //    and several k-splits (on 132 SMs: k = 1032 -> 2, 2056 -> 3, 4104 -> 5,
+    //    8200 -> 9, the last split 8 elements long),
     //    bias (also under 16-byte alignment), GELU, alpha, beta != 0, f32 c,
     //    a padded weight row (ld = k + 8). Then shapes it must refuse.
     static const struct {

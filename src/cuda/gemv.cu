@@ -18,7 +18,8 @@
 //   lane row * kCols + col stores its own (i, j).
 //   Blocks: kWarps warps = kWarps * kCols columns along x; along y, K-splits.
 //   Split-K is used only when the columns alone give fewer than
-//   kBlocksPerSmTarget blocks per SM (GPT-2's n = 768: 48 blocks on 132 SMs):
+//   kBlocksPerSmTarget blocks per SM (GPT-2's n = 768, k = 3072: 48 blocks on 132
+//   SMs, 3 splits; k = 768 is one iteration and is not split):
 //   then split s covers its own range of k (whole iterations), writes its f32
 //   partial sums to partial[s][i][j], and gemv_finish_kernel adds the splits in
 //   order (deterministic, no atomics) and applies the epilogue.
@@ -40,7 +41,7 @@ constexpr int kIterK = kWarpStep * kUnroll;    // k elements per warp iteration
 constexpr int kColsPerBlock = kWarps * kCols;
 constexpr int kBlocksPerSmTarget = 2;          // below this many column blocks per SM, split k (a guess: tune on the GPU)
 constexpr int kMaxSplits = 16;
-constexpr int kMinIterPerSplit = 2;            // each split streams at least 2 iterations of k per row
+constexpr int kMinIterPerSplit = 1;            // each split streams at least this many iterations (kIterK) of k per row
 constexpr int kFinishThreads = 256;
 
 static_assert(kMfGemvMaxRows * kCols == 32, "after the reduction each lane stores exactly one (row, col)");
