@@ -52,6 +52,13 @@
 typedef enum { BC_NONE, BC_A1, BC_B1, BC_B0 } gemm_bcast; // a batch 1, b batch 1, b batch stride 0
 static const char *const bcast_names[] = {"none", "a1", "b1", "bstride0"};
 
+// Section 6: the CUDA "gemv" path (off by default) is turned on for the call;
+// GEMV_TAKEN: the call fits it and must take it; GEMV_FALLBACK: it does not
+// fit (k not a multiple of 8, m > 8, an unaligned row, a strided a, a batch)
+// and must stay on cuBLASLt. The CPU runs the same cases as the reference.
+typedef enum { GEMV_NO, GEMV_TAKEN, GEMV_FALLBACK } gemm_gemv;
+static const char *const gemv_names[] = {"", ",gemv=taken", ",gemv=fallback"};
+
 typedef struct {
     mf_dtype dt, ct;          // a/b dtype, c (and bias) dtype
     int64_t batch;            // 0: 2-D tensors
@@ -66,6 +73,7 @@ typedef struct {
     float alpha, beta;
     bool c_inter;             // batched c interleaved: batch b's row r at r * (batch * n + pad_c) + b * n
                               // (attention heads side by side in a token's row; batch stride < one matrix's span)
+    gemm_gemv gemv;           // CUDA: run with the gemv path on, and which path must be taken
 } gemm_p;
 
 static double gelu_ref(double x) {
@@ -178,15 +186,30 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
             }
     }
 
-    TH_CALL(ctx, mf_gemm(ctx->be, &args));
     const char *path = "cpu";
 #ifdef MF_HAVE_CUDA
-    if (mf_backend_device(ctx->be) == MF_DEVICE_CUDA) {
+    const bool cuda = mf_backend_device(ctx->be) == MF_DEVICE_CUDA;
+    bool gemv_was = false;
+    if (cuda && p->gemv != GEMV_NO) {
+        gemv_was = mf_cuda_gemm_gemv_on(ctx->be);
+        mf_cuda_gemm_set_gemv(ctx->be, true);
+    }
+    const mf_status gst = mf_gemm(ctx->be, &args);
+    if (cuda && p->gemv != GEMV_NO) mf_cuda_gemm_set_gemv(ctx->be, gemv_was);
+    TH_CALL(ctx, gst);
+    if (cuda) {
         path = mf_cuda_gemm_last_path(ctx->be);
+        if (p->gemv != GEMV_NO && (strcmp(path, "gemv") == 0) != (p->gemv == GEMV_TAKEN)) {
+            th_fail(ctx, " (path %s, want %s)", path, p->gemv == GEMV_TAKEN ? "gemv" : "a cuBLASLt path");
+            return TH_FAIL;
+        }
+        if (p->gemv != GEMV_NO) printf("  .. [cuda] %s: path %s\n", ctx->case_name, path);
         if (p->bias || p->act != MF_EPILOGUE_NONE) printf("  .. [cuda] %s: path %s\n", ctx->case_name, path);
         if (approx_gelu && strcmp(path, "fused") == 0)
             for (int64_t e = 0; e < total; e++) bound[e] += approx_gelu[e];
     }
+#else
+    TH_CALL(ctx, mf_gemm(ctx->be, &args));
 #endif
     if (th_check(ctx, bc, &args.c, ref, bound, "c")) return TH_PASS;
     th_fail(ctx, " (path %s)", path);
@@ -201,10 +224,10 @@ static void add_gemm(th_list *l, const gemm_p *p) {
         snprintf(pads, sizeof pads, ",pad_a=%lld,pad_b=%lld,pad_c=%lld", (long long)p->pad_a, (long long)p->pad_b,
                  (long long)p->pad_c);
     const char *bias = !p->bias ? "0" : p->cancel ? (p->bias_off ? "cancel_off" : "cancel") : p->bias_off ? "off" : "1";
-    th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s%s,bias=%s,act=%s,alpha=%g,beta=%g)",
+    th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s%s,bias=%s,act=%s,alpha=%g,beta=%g%s)",
            mf_dtype_name(p->dt), mf_dtype_name(p->ct), (long long)p->m, (long long)p->n, (long long)p->k,
            th_b(p->ta), th_b(p->tb), batch, p->c_inter ? ",c_interleaved=1" : "", pads, bias,
-           p->act == MF_EPILOGUE_GELU ? "gelu" : "none", (double)p->alpha, (double)p->beta);
+           p->act == MF_EPILOGUE_GELU ? "gelu" : "none", (double)p->alpha, (double)p->beta, gemv_names[p->gemv]);
 }
 
 // (a dtype, c dtype): c is a's dtype or f32.
@@ -306,6 +329,56 @@ void th_cases_gemm(th_list *l) {
     for (int c = 0; c < N_COMBOS; c++) { // the odd shape of section 2 with a cancelling bias (the H100 failures)
         gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = 37, .n = 65, .k = 129, .ta = 1, .tb = 1,
                     .pad_c = 3, .bias = true, .cancel = true, .alpha = -1.5f, .beta = 0.25f};
+        add_gemm(l, &p);
+    }
+
+    // 6. The decode path (CUDA "gemv", turned on per call): m = 1..8, b a
+    //    Linear weight (transposed view), odd n (a partial last warp), k a
+    //    multiple of 8 but not of the kernel's 1024-element step (tails), one
+    //    and several k-splits (on 132 SMs: k = 1032 -> 2, 2056 -> 3, 4104 -> 5,
+    //    8200 -> 9, the last split 8 elements long),
+    //    bias (also under 16-byte alignment), GELU, alpha, beta != 0, f32 c,
+    //    a padded weight row (ld = k + 8). Then shapes it must refuse.
+    static const struct {
+        int64_t m, n, k, pad_b;
+        bool bias, bias_off;
+        mf_epilogue act;
+        float alpha, beta;
+    } gv[] = {
+        {1, 65, 136, 0, false, false, MF_EPILOGUE_NONE, 1.0f, 0.0f},
+        {2, 33, 4104, 0, true, false, MF_EPILOGUE_NONE, 1.0f, 0.0f},
+        {3, 129, 520, 8, true, true, MF_EPILOGUE_GELU, 1.0f, 0.5f},
+        {5, 7, 1032, 0, false, false, MF_EPILOGUE_GELU, -1.5f, 0.25f},
+        {8, 17, 8200, 0, true, false, MF_EPILOGUE_NONE, 0.75f, -0.5f},
+        {8, 257, 2056, 8, true, false, MF_EPILOGUE_GELU, 1.0f, 1.0f},
+        {1, 1, 8, 0, true, false, MF_EPILOGUE_NONE, 1.0f, 0.0f},
+    };
+    v = 0;
+    for (int c = 1; c < N_COMBOS; c++) // f16/bf16 operands, c 16-bit or f32
+        for (size_t s = 0; s < sizeof gv / sizeof gv[0]; s++, v++) {
+            gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = gv[s].m, .n = gv[s].n, .k = gv[s].k,
+                        .tb = true, .pad_b = gv[s].pad_b, .pad_c = v % 2 ? 3 : 0, .bias = gv[s].bias,
+                        .bias_off = gv[s].bias_off, .act = gv[s].act, .alpha = gv[s].alpha, .beta = gv[s].beta,
+                        .gemv = GEMV_TAKEN};
+            add_gemm(l, &p);
+        }
+    for (int c = 1; c < N_COMBOS; c++) {
+        const gemm_p base = {.dt = combos[c][0], .ct = combos[c][1], .m = 4, .n = 33, .k = 136, .tb = true,
+                             .bias = true, .act = MF_EPILOGUE_GELU, .alpha = 1.0f, .beta = 0.5f, .gemv = GEMV_FALLBACK};
+        gemm_p p = base;
+        p.k = 129; // k not a multiple of 8
+        add_gemm(l, &p);
+        p = base, p.m = 9; // more rows than the kernel takes
+        add_gemm(l, &p);
+        p = base, p.pad_a = 3; // a's rows not 16-byte aligned
+        add_gemm(l, &p);
+        p = base, p.pad_b = 3; // the weight's rows not 16-byte aligned
+        add_gemm(l, &p);
+        p = base, p.tb = false; // b row-major: its columns are strided
+        add_gemm(l, &p);
+        p = base, p.ta = true; // a column-major: its rows are strided
+        add_gemm(l, &p);
+        p = base, p.batch = 2, p.bcast = BC_B0; // batched
         add_gemm(l, &p);
     }
 }

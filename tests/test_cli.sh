@@ -133,6 +133,10 @@ bad "--csv needs a value" bench attention --csv
 bad "unknown option --bogus" bench attention --bogus 1
 bad "--iters x" bench --iters x
 bad "unknown benchmark 'gemm9'" bench gemm9
+bad "--m 9: not an integer in [1, 8]" bench gemv --m 9
+bad "--format xml: not table, csv or json" bench gemv --format xml
+bad "--iters needs a value" bench gemv --iters
+bad "--bogus unknown option" bench gemv --bogus 1
 # ---- the top level
 bad "unknown command 'frob'" frob
 
@@ -167,6 +171,8 @@ says "info: chat template (qwen2-tiny)" "a chat template is present" info "${q[@
 says "info: no chat template (llama-tiny)" "no chat template" info "${m[@]}" --backend cpu
 says "info: backends (llama-tiny)" "cpu:  every op" info "${m[@]}" --backend cpu
 says "info: family (mistral-window-tiny)" "family:       llama, MistralForCausalLM" info -m "$fix/models/mistral-window-tiny" --backend cpu
+
+says "bench gemv (cpu, tiny shapes, csv)" ",tiny,a,2,64,128,0.02,cpu," bench gemv --backend cpu --m 2 --warmup 0 --iters 1 --format csv
 
 echo "bad-input cases: $nbad"
 echo "$pass passed, $fail failed"

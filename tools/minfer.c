@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "  bench [op]  benchmarks (ops: softmax, attention, moe; none named: softmax); minfer bench OP --help\n"
             "  bench model the end-to-end model benchmark and per-op profile (minfer bench model --help)\n"
             "  bench gemm-host  host microseconds per GEMM call (CUDA: plan cache off vs on)\n"
+            "  bench gemv  decode GEMMs (m = 1..8): cuBLASLt vs our gemv kernel, GB/s and %% of copy bandwidth\n"
             "\n"
             "options:\n"
             "  -h, --help     this help\n"
@@ -48,7 +49,9 @@ static int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[0], "moe")) return mf_bench_moe_main(argc - 1, argv + 1);
         if (!strcmp(argv[0], "model")) return mf_bench_model_main(argc - 1, argv + 1);
         if (!strcmp(argv[0], "gemm-host")) return mf_bench_gemm_host_main(argc - 1, argv + 1);
-        fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax, attention, moe, model, gemm-host)\n", argv[0]);
+        if (!strcmp(argv[0], "gemv")) return mf_bench_gemv_main(argc - 1, argv + 1);
+        fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax, attention, moe, model, gemm-host, gemv)\n",
+                argv[0]);
         return 2;
     }
     return mf_bench_softmax_main(argc, argv);

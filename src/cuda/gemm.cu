@@ -26,6 +26,15 @@
 //                that can be far larger than the result when an outlier bias
 //                cancels it; bf16 results were off by up to 13 ulp on the H100.)
 //   k0           k == 0 never reaches cuBLASLt: the kernel writes act(beta c + bias).
+//   gemv         decode shapes (one matrix, m = 1..8 rows, f16/bf16, b the
+//                transposed view of a torch Linear weight, k a multiple of 8,
+//                16-byte aligned a and b): our skinny GEMM (src/cuda/gemv.cu),
+//                epilogue included, one rounding. OFF by default until a GPU
+//                run measures it against cuBLASLt (`minfer bench gemv`,
+//                docs/notes/gemv.md): MINFER_GEMV=1 in the environment when the
+//                backend's first GEMM runs turns it on (read once per backend);
+//                mf_cuda_gemm_set_gemv() overrides that (tests, the benchmark).
+//                Every other shape keeps cuBLASLt.
 //
 // Plans (descriptors, layouts, the heuristic's algorithm, the path) are
 // cached per backend, keyed by everything the heuristic saw: dtypes, ops,
@@ -40,6 +49,7 @@
 
 #include "core/alloc.h"
 #include "cuda/common.cuh"
+#include "cuda/gemv.cuh"
 #include "ops/check.h"
 #include "ops/gemm_plan.h"
 
@@ -62,11 +72,6 @@ struct EpilogueParams {
     bool gelu;
 };
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; // sqrt(2/pi)
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
 // One element per thread per step, grid-stride over batch * m * n elements
 // (int64 index math; rows may be padded, so (i, j) are recovered first). The
 // sum is formed in the CPU's order (acc, then beta c, then bias) and stored once.
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(kEpilogueThreads) gemm_epilogue_kernel(Epilogu
         float v = p.acc ? p.acc[e] : 0.0f;
         if (p.read_c) v += p.cscale * mf_ld(p.c, p.c_dt, off);
         if (p.bias) v += mf_ld(p.bias, p.c_dt, j);
-        if (p.gelu) v = gelu_tanh(v);
+        if (p.gelu) v = mf_gelu_tanh(v);
         mf_st(p.c, p.c_dt, off, v);
     }
 }
@@ -136,8 +141,8 @@ LtMatrix lt_operand(const mf_tensor *t, const mf_mat_layout *l, int64_t R, int64
 
 // ---- plans -----------------------------------------------------------------------------
 
-enum Path : int { kPathPlain, kPathFused, kPathInPlace, kPathScratch };
-const char *const kPathNames[] = {"plain", "fused", "in-place", "f32-scratch"};
+enum Path : int { kPathPlain, kPathFused, kPathInPlace, kPathScratch, kPathGemv };
+const char *const kPathNames[] = {"plain", "fused", "in-place", "f32-scratch", "gemv"};
 
 // Everything the heuristic's choice depends on. Built in a zeroed struct so
 // that padding compares equal (memcmp).
@@ -146,6 +151,7 @@ struct PlanKey {
     int32_t op_a, op_b;
     int32_t epi;                     // cublasLtEpilogue_t asked for
     int32_t batch;
+    int32_t gemv;                    // the gemv path was on and the call fits it
     uint32_t align_a, align_b, align_c, align_bias; // bytes (bias: 0 if none)
     int64_t rows_a, cols_a, rows_b, cols_b, n, m;   // stored shapes; c^T is (n, m)
     int64_t lda, ldb, ldc;
@@ -191,6 +197,7 @@ struct mf_cuda_gemm_state {
     uint64_t tick, hits, misses, evictions;
     bool enabled;       // false: plan every call and free it after (bench "before")
     bool log;           // MF_GEMM_LOG=1: one line per plan built, on stderr
+    bool gemv;          // the "gemv" path is allowed (MINFER_GEMV=1, or mf_cuda_gemm_set_gemv)
     const char *last_path;
     float *scratch;     // (scratch_bytes) f32 alpha a@b of the f32-scratch path
     size_t scratch_bytes;
@@ -310,6 +317,8 @@ struct Call {
     const void *bias;
     uint32_t bias_align;    // 0: no bias
     mf_dtype a_dt, c_dt;
+    MfGemvArgs gv;          // the call as the gemv kernel sees it
+    bool gemv;              // the gemv path is on and mf_gemv_fits(gv)
 };
 
 // Plans a call from nothing: fused when asked and possible, else the
@@ -323,6 +332,17 @@ mf_status build_plan(mf_cuda_ctx *ctx, mf_cuda_gemm_state *g, const Call &cl, Pl
     t.epi = cl.epi, t.bias = cl.bias, t.bias_type = cl.C.type;
     bool found = false;
     const char *why = "";
+    if (cl.gemv) {
+        plan->path = kPathGemv;
+        if (g->log)
+            fprintf(stderr,
+                    "minfer gemm plan: m=%lld n=%lld k=%lld batch=1 a=%s ld %lld, w (n, k) ld %lld, c=%s ld %lld, "
+                    "epilogue %s -> gemv, %d k-split(s)\n",
+                    (long long)cl.m, (long long)cl.n, (long long)cl.k, mf_dtype_name(cl.a_dt), (long long)cl.gv.lda,
+                    (long long)cl.gv.ldw, mf_dtype_name(cl.c_dt), (long long)cl.C.ld, epi_name(cl.epi),
+                    mf_gemv_splits(ctx, cl.gv));
+        return MF_OK;
+    }
     if (cl.epi == CUBLASLT_EPILOGUE_DEFAULT) {
         MF_TRY(lt_plan(ctx, t, batch, plan, &found));
         plan->path = kPathPlain;
@@ -371,6 +391,8 @@ mf_status gemm_state(mf_cuda_ctx *ctx, mf_cuda_gemm_state **out) {
         const char *log = getenv("MF_GEMM_LOG");
         g->log = log && *log && strcmp(log, "0") != 0;
         g->last_path = "";
+        const char *gemv = getenv("MINFER_GEMV"); // read once per backend: off unless "1"
+        g->gemv = gemv && strcmp(gemv, "1") == 0;
         ctx->gemm = g;
     }
     *out = ctx->gemm;
@@ -409,6 +431,7 @@ PlanKey key_of(const Call &cl) {
     k.op_a = cl.A.op, k.op_b = cl.B.op;
     k.epi = cl.epi;
     k.batch = (int32_t)cl.batch;
+    k.gemv = cl.gemv;
     k.align_a = cl.A.align, k.align_b = cl.B.align, k.align_c = cl.C.align, k.align_bias = cl.bias_align;
     k.rows_a = (int64_t)cl.A.rows, k.cols_a = (int64_t)cl.A.cols;
     k.rows_b = (int64_t)cl.B.rows, k.cols_b = (int64_t)cl.B.cols;
@@ -450,6 +473,14 @@ mf_status cached_plan(mf_cuda_ctx *ctx, mf_cuda_gemm_state *g, const Call &cl, P
 
 mf_status run_plan(mf_cuda_ctx *ctx, mf_cuda_gemm_state *g, const Call &cl, Plan &plan, const mf_gemm_args *p,
                    EpilogueParams &ep) {
+    if (plan.path == kPathGemv) {
+        const int splits = mf_gemv_splits(ctx, cl.gv);
+        float *s = nullptr;
+        if (splits > 1) MF_TRY(scratch_of(g, (size_t)splits * (size_t)(cl.m * cl.n) * sizeof(float), &s));
+        MF_TRY(mf_gemv_launch(ctx, cl.gv, splits, s));
+        g->last_path = kPathNames[kPathGemv];
+        return MF_OK;
+    }
     float alpha = p->alpha, beta = p->beta; // with beta == 0 cuBLASLt does not read c
     void *d = p->c.data;
     if (plan.path == kPathFused && cl.bias) // same alignment class as planned (it is in the key)
@@ -504,6 +535,16 @@ extern "C" void mf_cuda_gemm_cache_stats_of(mf_backend *be, mf_cuda_gemm_cache_s
         for (int w = 0; w < kWays; w++) out->entries += g->set[s][w].last_use != 0;
 }
 
+extern "C" void mf_cuda_gemm_set_gemv(mf_backend *be, bool on) {
+    mf_cuda_gemm_state *g = nullptr;
+    if (gemm_state(mf_cuda_ctx_of(be), &g) == MF_OK) g->gemv = on;
+}
+
+extern "C" bool mf_cuda_gemm_gemv_on(mf_backend *be) {
+    mf_cuda_gemm_state *g = nullptr;
+    return gemm_state(mf_cuda_ctx_of(be), &g) == MF_OK && g->gemv;
+}
+
 extern "C" void mf_cuda_gemm_cache_enable(mf_backend *be, bool on) {
     mf_cuda_gemm_state *g = nullptr;
     if (gemm_state(mf_cuda_ctx_of(be), &g) == MF_OK) g->enabled = on;
@@ -549,6 +590,14 @@ extern "C" mf_status mf_cuda_gemm(mf_backend *be, const mf_gemm_args *p) {
     cl.bias = bias;
     cl.bias_align = bias ? align_of(bias, 0, 1) : 0;
     cl.a_dt = p->a.dtype, cl.c_dt = p->c.dtype;
+    // The gemv view: one matrix, a rows along k, b's columns contiguous along k.
+    MfGemvArgs &gv = cl.gv;
+    gv.a = p->a.data, gv.w = p->b.data, gv.c = p->c.data, gv.bias = bias;
+    gv.ab_dt = p->a.dtype, gv.c_dt = p->c.dtype;
+    gv.m = m, gv.n = n, gv.k = k;
+    gv.lda = m > 1 ? p->a.stride[nd - 2] : k, gv.ldw = n > 1 ? p->b.stride[nd - 1] : k, gv.ldc = ldc;
+    gv.alpha = p->alpha, gv.beta = p->beta, gv.gelu = gelu;
+    cl.gemv = g->gemv && batch == 1 && p->a.stride[nd - 1] == 1 && p->b.stride[nd - 2] == 1 && mf_gemv_fits(gv);
 
     if (g->enabled) {
         Plan *plan = nullptr;

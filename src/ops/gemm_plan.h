@@ -21,6 +21,8 @@ extern "C" {
 //                into an f32 scratch, a small kernel adds beta c + bias, GELU,
 //                and stores c once
 //   "k0"         k == 0: only the small kernel (act(beta c + bias))
+//   "gemv"       our skinny GEMM (src/cuda/gemv.cu) for m = 1..8 rows with a
+//                torch Linear weight as b; only when the gemv path is on
 // "" before the first call. The string is static.
 const char *mf_cuda_gemm_last_path(mf_backend *be);
 
@@ -31,6 +33,13 @@ typedef struct {
     bool enabled;
 } mf_cuda_gemm_cache_stats;
 void mf_cuda_gemm_cache_stats_of(mf_backend *be, mf_cuda_gemm_cache_stats *out);
+
+// The "gemv" path (src/cuda/gemv.cu) is off by default until a GPU run has
+// measured it against cuBLASLt; MINFER_GEMV=1 in the environment when the
+// backend's first GEMM runs turns it on. This overrides that, for tests and
+// `minfer bench gemv`. Cached plans remember whether it was on.
+void mf_cuda_gemm_set_gemv(mf_backend *be, bool on);
+bool mf_cuda_gemm_gemv_on(mf_backend *be);
 
 // Turns the plan cache off (every call plans from scratch, as before the
 // cache existed) or back on; for `minfer bench gemm-host`. Entries are kept.

@@ -1,0 +1,292 @@
+// `minfer bench gemv`: decode GEMMs (m = 1..8 rows, x (m, k) @ W^T with W a
+// torch Linear weight (n, k), bf16) timed on both CUDA paths in one run:
+// cuBLASLt (the default) and our skinny GEMM (the "gemv" path of
+// src/cuda/gemv.cu, turned on for its half of the run). Each timed call starts
+// with L2 flushed (mf_bench_sample), so the weight streams from device memory,
+// as in a decode step whose weights (GBs) never fit in L2. Reported: median
+// microseconds, GB/s of weight bytes (n * k * 2; the activations and c are
+// <= 0.2% of them), that as % of the device-to-device copy bandwidth measured
+// in the same run, the speedup, and the largest difference between the two
+// paths' outputs relative to the largest |c| (a cross-check: both are tested
+// against a float64 reference in tests/cases_gemm.c).
+// On the CPU backend the same loop runs tiny shapes through mf_gemm (the
+// figures are the CPU GEMM's; there is one path), so the tool is testable
+// without a GPU.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "bench_util.h"
+#include "minfer/minfer.h"
+#ifdef MF_HAVE_CUDA
+#include "ops/gemm_plan.h"
+#endif
+
+typedef struct {
+    const char *model, *name;
+    int64_t n, k;
+} gv_shape;
+
+// Llama-7B (hidden 4096, MLP 11008; q/k/v and gate/up fused as src/model does)
+// and GPT-2 small (hidden 768) decode GEMMs; tiny ones for the CPU.
+static const gv_shape kGpuShapes[] = {
+    {"llama-7b", "qkv", 12288, 4096},    {"llama-7b", "o", 4096, 4096},
+    {"llama-7b", "gate_up", 22016, 4096}, {"llama-7b", "down", 4096, 11008},
+    {"gpt2", "qkv", 2304, 768},          {"gpt2", "attn_out", 768, 768},
+    {"gpt2", "mlp_up", 3072, 768},       {"gpt2", "mlp_down", 768, 3072},
+};
+static const gv_shape kCpuShapes[] = {{"tiny", "a", 64, 128}, {"tiny", "b", 96, 256}};
+static const int64_t kRows[] = {1, 2, 4, 8};
+
+enum { NCOLS = 19 };
+static const char *const col_names[NCOLS] = {
+    "backend", "device", "model", "gemm", "m", "n", "k", "weight_MB", "lt_path", "lt_us", "lt_GB/s", "lt_pct_copy",
+    "gemv_us", "gemv_GB/s", "gemv_pct_copy", "speedup", "max_rel_diff", "copy_GB/s", "date"};
+
+typedef struct {
+    mf_backend *be;
+    const mf_gemm_args *args;
+} gv_call;
+
+static mf_status run_call(void *arg) {
+    const gv_call *c = arg;
+    return mf_gemm(c->be, c->args);
+}
+
+#ifdef MF_HAVE_CUDA
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+#endif
+
+static void fmt_num(char *buf, size_t cap, double v, int prec) {
+    if (v < 0 || v != v) snprintf(buf, cap, "NA");
+    else snprintf(buf, cap, "%.*f", prec, v);
+}
+
+// Median microseconds of one call on the backend's current path; *path
+// names it, and c (m * n bf16) is copied to host memory `out`.
+static mf_status time_path(mf_backend *be, mf_bench_timer *timer, const mf_gemm_args *a, int warmup, int iters,
+                           double *samples, double *us, const char **path, uint16_t *out, size_t cbytes) {
+    gv_call call = {be, a};
+    const mf_status st = mf_bench_sample(timer, run_call, &call, warmup, iters, samples);
+    if (st != MF_OK) return st;
+    *us = mf_bench_stats_of(samples, iters).p50;
+    *path = "cpu";
+#ifdef MF_HAVE_CUDA
+    if (mf_backend_device(be) == MF_DEVICE_CUDA) *path = mf_cuda_gemm_last_path(be);
+#endif
+    return mf_backend_copy(be, out, a->c.data, cbytes, MF_COPY_D2H);
+}
+
+static mf_status bench_shape(mf_backend *be, mf_bench_timer *timer, const gv_shape *sh, int64_t m, int warmup,
+                             int iters, const char *device, double copy, const char *date, mf_bench_table *tab) {
+#ifdef MF_HAVE_CUDA
+    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
+#endif
+    const mf_dtype dt = MF_DTYPE_BF16;
+    const size_t es = 2, xb = (size_t)(m * sh->k) * es, wb = (size_t)(sh->n * sh->k) * es,
+                 cb = (size_t)(m * sh->n) * es;
+    void *x = NULL, *w = NULL, *c = NULL;
+    uint16_t *hw = malloc(wb > xb ? wb : xb), *c_lt = malloc(cb), *c_gv = malloc(cb);
+    double *samples = malloc((size_t)iters * sizeof *samples);
+    mf_status st = hw && c_lt && c_gv && samples ? MF_OK : MF_ERR_OOM;
+    if (st == MF_OK) st = mf_backend_alloc(be, xb, &x);
+    if (st == MF_OK) st = mf_backend_alloc(be, wb, &w);
+    if (st == MF_OK) st = mf_backend_alloc(be, cb, &c);
+    if (st == MF_OK) { // weights ~ N(0, 1/k)-sized, activations O(1): outputs O(1)
+        const float s = 1.0f / sqrtf((float)sh->k);
+        mf_bench_fill_random(hw, dt, sh->n * sh->k, -s, s, 1234 + (uint64_t)sh->n);
+        st = mf_backend_copy(be, w, hw, wb, MF_COPY_H2D);
+        mf_bench_fill_random(hw, dt, m * sh->k, -1.0f, 1.0f, 99 + (uint64_t)m);
+        if (st == MF_OK) st = mf_backend_copy(be, x, hw, xb, MF_COPY_H2D);
+    }
+    mf_gemm_args a = {.alpha = 1.0f, .beta = 0.0f, .epilogue = MF_EPILOGUE_NONE};
+    const int64_t xs[2] = {m, sh->k}, ws[2] = {sh->n, sh->k}, cs[2] = {m, sh->n};
+    const mf_device dev = mf_backend_device(be);
+    mf_tensor_make(&a.a, x, dt, dev, 2, xs);
+    mf_tensor_make(&a.b, w, dt, dev, 2, ws);
+    mf_tensor_transpose(&a.b, 0, 1); // (k, n) view of the (n, k) weight
+    mf_tensor_make(&a.c, c, dt, dev, 2, cs);
+
+    double lt_us = -1, gv_us = -1, diff = -1;
+    const char *lt_path = "";
+#ifdef MF_HAVE_CUDA
+    if (cuda && st == MF_OK) mf_cuda_gemm_set_gemv(be, false);
+#endif
+    if (st == MF_OK) st = time_path(be, timer, &a, warmup, iters, samples, &lt_us, &lt_path, c_lt, cb);
+#ifdef MF_HAVE_CUDA
+    if (cuda && st == MF_OK) {
+        const char *gv_path = "";
+        mf_cuda_gemm_set_gemv(be, true);
+        st = time_path(be, timer, &a, warmup, iters, samples, &gv_us, &gv_path, c_gv, cb);
+        mf_cuda_gemm_set_gemv(be, false);
+        if (st == MF_OK && strcmp(gv_path, "gemv") != 0) gv_us = -1; // the shape did not take the path
+        if (st == MF_OK && gv_us >= 0) {
+            double dmax = 0, cmax = 0;
+            for (int64_t e = 0; e < m * sh->n; e++) {
+                const double r = bf16_to_f32(c_lt[e]), g = bf16_to_f32(c_gv[e]);
+                if (fabs(r) > cmax) cmax = fabs(r);
+                if (!(fabs(g - r) <= dmax)) dmax = fabs(g - r); // NaN-safe: a NaN diff wins
+            }
+            diff = cmax > 0 ? dmax / cmax : dmax;
+        }
+    }
+#endif
+    if (st == MF_OK) {
+        const double gb = (double)wb / 1e9;
+        char cells[NCOLS][192];
+        snprintf(cells[0], 64, "%s", mf_backend_name(be));
+        snprintf(cells[1], 192, "%s", device);
+        snprintf(cells[2], 64, "%s", sh->model);
+        snprintf(cells[3], 64, "%s", sh->name);
+        snprintf(cells[4], 64, "%lld", (long long)m);
+        snprintf(cells[5], 64, "%lld", (long long)sh->n);
+        snprintf(cells[6], 64, "%lld", (long long)sh->k);
+        fmt_num(cells[7], 64, (double)wb / 1e6, 2);
+        snprintf(cells[8], 64, "%s", lt_path);
+        fmt_num(cells[9], 64, lt_us, 2);
+        fmt_num(cells[10], 64, gb / (lt_us * 1e-6), 1);
+        fmt_num(cells[11], 64, 100.0 * gb / (lt_us * 1e-6) / copy, 1);
+        fmt_num(cells[12], 64, gv_us, 2);
+        fmt_num(cells[13], 64, gv_us >= 0 ? gb / (gv_us * 1e-6) : -1, 1);
+        fmt_num(cells[14], 64, gv_us >= 0 ? 100.0 * gb / (gv_us * 1e-6) / copy : -1, 1);
+        fmt_num(cells[15], 64, gv_us > 0 ? lt_us / gv_us : -1, 2);
+        if (diff >= 0) snprintf(cells[16], 64, "%.2e", diff);
+        else snprintf(cells[16], 64, "NA");
+        fmt_num(cells[17], 64, copy, 1);
+        snprintf(cells[18], 64, "%s", date);
+        const char *row[NCOLS];
+        for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
+        if (!mf_bench_table_add(tab, row)) st = MF_ERR_OOM;
+    }
+    mf_backend_dealloc(be, x);
+    mf_backend_dealloc(be, w);
+    mf_backend_dealloc(be, c);
+    free(hw);
+    free(c_lt);
+    free(c_gv);
+    free(samples);
+    return st;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: minfer bench gemv [options]\n"
+               "  decode GEMMs x (m, k) @ W^T, bf16, m in {1, 2, 4, 8}: Llama-7B and GPT-2 small shapes on CUDA\n"
+               "  (cuBLASLt vs our gemv path, L2 flushed before each call), tiny shapes on the CPU\n"
+               "  --backend auto|cpu|cuda   (default auto)\n"
+               "  --m N                     one row count in [1, 8] instead of 1, 2, 4, 8\n"
+               "  --warmup N --iters N      (default 10/50 on CUDA, 1/3 on the CPU)\n"
+               "  --format table|csv|json   stdout format (default table)\n"
+               "  --csv FILE --json FILE    also write the results there\n");
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+int mf_bench_gemv_main(int argc, char **argv) {
+    const char *backend = "auto", *csv = NULL, *json = NULL;
+    long warmup = -1, iters = -1, one_m = 0;
+    mf_bench_format fmt = MF_BENCH_TABLE;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        const char *err = NULL;
+        const bool known = !strcmp(o, "--backend") || !strcmp(o, "--csv") || !strcmp(o, "--json") ||
+                           !strcmp(o, "--m") || !strcmp(o, "--warmup") || !strcmp(o, "--iters") ||
+                           !strcmp(o, "--format");
+        if (!known) err = "unknown option";
+        else if (!v) err = "needs a value";
+        else if (!strcmp(o, "--backend")) backend = v;
+        else if (!strcmp(o, "--csv")) csv = v;
+        else if (!strcmp(o, "--json")) json = v;
+        else if (!strcmp(o, "--m")) err = parse_int(v, 1, 8, &one_m) ? NULL : "not an integer in [1, 8]";
+        else if (!strcmp(o, "--warmup")) err = parse_int(v, 0, 100000, &warmup) ? NULL : "not an integer in [0, 100000]";
+        else if (!strcmp(o, "--iters")) err = parse_int(v, 1, 100000, &iters) ? NULL : "not an integer in [1, 100000]";
+        else if (!strcmp(v, "table")) fmt = MF_BENCH_TABLE;
+        else if (!strcmp(v, "csv")) fmt = MF_BENCH_CSV;
+        else if (!strcmp(v, "json")) fmt = MF_BENCH_JSON;
+        else err = "not table, csv or json";
+        if (err) { // one line, as every bad-input message of the CLI
+            if (!known || !v) fprintf(stderr, "minfer: error: bench gemv: %s %s\n", o, err);
+            else fprintf(stderr, "minfer: error: bench gemv: %s %s: %s\n", o, v, err);
+            return 2;
+        }
+        i++;
+    }
+    mf_backend *be = NULL;
+    if (mf_backend_init(backend, &be) != MF_OK) {
+        fprintf(stderr, "minfer bench gemv: %s\n", mf_last_error());
+        return 1;
+    }
+    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
+    if (warmup < 0) warmup = cuda ? 10 : 1;
+    if (iters < 0) iters = cuda ? 50 : 3;
+    mf_bench_timer *timer = NULL;
+    mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
+    // Flush buffer: several times any L2 (50-60 MB on H100/H200); on the CPU larger than a small LLC.
+    if (!tab || mf_bench_timer_init(be, cuda ? ((size_t)256 << 20) : ((size_t)16 << 20), &timer) != MF_OK) {
+        fprintf(stderr, "minfer bench gemv: %s\n", tab ? mf_last_error() : "out of memory");
+        mf_bench_table_free(tab);
+        mf_backend_free(be);
+        return 1;
+    }
+    mf_bench_table_hide_in_table(tab, "device");
+    mf_bench_table_hide_in_table(tab, "copy_GB/s");
+    mf_bench_table_hide_in_table(tab, "date");
+    char device[160], date[32];
+    mf_bench_device_name(timer, device, sizeof device);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    double copy = 0;
+    mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)64 << 20), cuda ? 20 : 3, &copy);
+    const gv_shape *shapes = cuda ? kGpuShapes : kCpuShapes;
+    const size_t n_shapes = cuda ? sizeof kGpuShapes / sizeof kGpuShapes[0] : sizeof kCpuShapes / sizeof kCpuShapes[0];
+    for (size_t s = 0; s < n_shapes && st == MF_OK; s++)
+        for (size_t r = 0; r < sizeof kRows / sizeof kRows[0] && st == MF_OK; r++) {
+            const int64_t m = one_m ? one_m : kRows[r];
+            st = bench_shape(be, timer, &shapes[s], m, (int)warmup, (int)iters, device, copy, date, tab);
+            if (one_m) break;
+        }
+    int rc = 0;
+    if (st != MF_OK) {
+        fprintf(stderr, "minfer bench gemv: %s\n", st == MF_ERR_OOM ? "out of memory" : mf_last_error());
+        rc = 1;
+    }
+    if (fmt == MF_BENCH_TABLE)
+        printf("# gemv on %s (%s), %s; copy ceiling %.1f GB/s (read + write); median of %ld calls, L2 flushed "
+               "before each; GB/s = weight bytes (n k 2) / time%s\n",
+               mf_backend_name(be), device, date, copy, iters,
+               cuda ? "; lt = cuBLASLt (default path), gemv = src/cuda/gemv.cu" : "; CPU: mf_gemm only (no gemv path)");
+    mf_bench_table_print(tab, fmt, stdout);
+    const char *files[2] = {csv, json};
+    for (int k = 0; k < 2; k++) {
+        if (!files[k]) continue;
+        FILE *f = fopen(files[k], "w");
+        if (!f) {
+            fprintf(stderr, "minfer bench gemv: cannot write %s\n", files[k]);
+            rc = 1;
+            continue;
+        }
+        mf_bench_table_print(tab, k ? MF_BENCH_JSON : MF_BENCH_CSV, f);
+        fclose(f);
+    }
+    mf_bench_table_free(tab);
+    mf_bench_timer_free(timer);
+    mf_backend_free(be);
+    return rc;
+}
