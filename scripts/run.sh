@@ -6,9 +6,11 @@
 #   bash scripts/run.sh
 #   BUILD_DIR=build-x MF_CMAKE_ARGS="-DMF_CUDA=OFF" bash scripts/run.sh
 #
-# The fixture models (tests/fixtures/models) have random weights: their text is
-# gibberish by design. For a real checkpoint, download a Hugging Face GPT-2 or
-# Llama folder (config.json, *.safetensors, tokenizer.json) and run
+# The text comes from models/minfer-kjv-3m, a 2.8 M-parameter Llama trained here
+# on the King James Bible (tools/train_tiny/train.py; see its README): English
+# in the KJV's style, from a model small enough to commit. For a real checkpoint,
+# use a Hugging Face GPT-2 or Llama folder (config.json, *.safetensors,
+# tokenizer.json):
 #   build/minfer generate -m PATH/TO/MODEL -p "Once upon a time" -n 64
 set -euo pipefail
 
@@ -30,9 +32,8 @@ echo "== minfer info"
 "$mf" info
 
 echo
-echo "== minfer generate (llama-tiny fixture: random weights, so the text is noise)"
-"$mf" generate -m tests/fixtures/models/llama-tiny -p "The fox runs into the woods" -n 32 --seed 1
-echo
+echo "== minfer generate (models/minfer-kjv-3m: a tiny Llama trained on the KJV; greedy, best backend)"
+"$mf" generate -m models/minfer-kjv-3m -p "And God said unto Noah," -n 48 --temp 0
 
 echo
 echo "== minfer bench model --synthetic small"

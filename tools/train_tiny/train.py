@@ -7,7 +7,7 @@ Corpus: the KJV text of Debian's bible-kjv-text package (/usr/lib/bible.data, pu
 read through that package's own reader, /usr/bin/bible from the bible-kjv package:
     apt-get install bible-kjv bible-kjv-text
     pip install torch==2.15.0 transformers==4.57.6 tokenizers==0.22.2 safetensors numpy
-    python3 tools/train_tiny/train.py            # about 20 min on one thread
+    python3 tools/train_tiny/train.py            # about 15 min of CPU time on one thread
 The text is not copied into the repository: the script records the SHA-256 of the data file and
 of the extracted text, and refuses a different text (--any-text overrides that).
 
@@ -102,7 +102,7 @@ def make_tokenizer(lines):
     for line in lines:
         for ch in "▁" + line.replace(" ", "▁"):
             counts[ch] = counts.get(ch, 0) + 1
-    # Every character of the KJV (73 here); sorted so that ties do not depend on hash order.
+    # At most 96 characters (the verse text has 62), sorted so that ties do not depend on hash order.
     alphabet = sorted(counts, key=lambda ch: (-counts[ch], ord(ch)))[:96]
     trainer = trainers.BpeTrainer(vocab_size=VOCAB - 256, special_tokens=specials, initial_alphabet=alphabet,
                                   limit_alphabet=len(alphabet), show_progress=False)
