@@ -33,7 +33,9 @@ echo "== minfer info"
 
 echo
 echo "== minfer generate (models/minfer-kjv-3m: a tiny Llama trained on the KJV; greedy, best backend)"
-"$mf" generate -m models/minfer-kjv-3m -p "And God said unto Noah," -n 48 --temp 0
+prompt="And God said unto Noah,"
+echo "prompt: $prompt"
+"$mf" generate -m models/minfer-kjv-3m -p "$prompt" -n 48 --temp 0
 
 echo
 echo "== minfer bench model --synthetic small"
