@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job: build minfer, generate text with a fixture model, then run the
-# Small synthetic-model benchmark and the fused-softmax benchmark, on the CUDA
-# backend when a GPU is usable, else on the CPU.
+# The main job: build minfer, generate text with the default model, then run
+# the Small synthetic-model benchmark and the fused-softmax benchmark, on the
+# CUDA backend when a GPU is usable, else on the CPU.
 #
 #   bash scripts/run.sh
 #   BUILD_DIR=build-x MF_CMAKE_ARGS="-DMF_CUDA=OFF" bash scripts/run.sh
@@ -9,9 +9,11 @@
 # Set-up first (scripts/deps.sh): missing Debian packages are installed as
 # root or through sudo; without either, one line names them (exit 2).
 #
-# The fixture models (tests/fixtures/models) have random weights: their text is
-# gibberish by design. For a real checkpoint, download a Hugging Face GPT-2 or
-# Llama folder (config.json, *.safetensors, tokenizer.json) and run
+# The text comes from models/minfer-kjv-3m, a 2.8 M-parameter Llama trained here
+# on the King James Bible (tools/train_tiny/train.py; see its README): English
+# in the KJV's style, from a model small enough to commit. For a real checkpoint,
+# use a Hugging Face folder (GPT-2, Llama, Mistral, Qwen2; config.json,
+# *.safetensors, tokenizer.json):
 #   build/minfer generate -m PATH/TO/MODEL -p "Once upon a time" -n 64
 set -euo pipefail
 
@@ -50,9 +52,10 @@ echo "== minfer info"
 "$mf" info
 
 echo
-echo "== minfer generate (llama-tiny fixture: random weights, so the text is noise)"
-"$mf" generate -m tests/fixtures/models/llama-tiny -p "The fox runs into the woods" -n 32 --seed 1
-echo
+echo "== minfer generate (models/minfer-kjv-3m: a tiny Llama trained on the KJV; greedy, best backend)"
+prompt="And God said unto Noah,"
+echo "prompt: $prompt"
+"$mf" generate -m models/minfer-kjv-3m -p "$prompt" -n 48 --temp 0
 
 echo
 echo "== minfer bench model --synthetic small"
@@ -64,4 +67,4 @@ echo "== minfer bench softmax (fused vs unfused; subset)"
 
 echo
 echo "Next: build/minfer generate -m PATH/TO/HF/MODEL -p \"Once upon a time\" -n 64"
-echo "      (GPT-2 or Llama checkpoints: config.json + model*.safetensors + tokenizer.json)"
+echo "      (GPT-2, Llama, Mistral, Qwen2 checkpoints: config.json + model*.safetensors + tokenizer.json)"
