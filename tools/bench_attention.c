@@ -394,18 +394,7 @@ int mf_bench_attention_main(int argc, char **argv) {
                "TFLOP/s = 4*B*H*Sq*Sk*D (x0.5 causal); decode GB/s = K + V bytes read\n",
                mf_backend_name(be), device, date, copy, o.iters);
     mf_bench_table_print(tab, o.fmt, stdout);
-    const char *files[2] = {o.csv, o.json};
-    for (int k = 0; k < 2; k++) {
-        if (!files[k]) continue;
-        FILE *f = fopen(files[k], "w");
-        if (!f) {
-            fprintf(stderr, "minfer bench attention: cannot write %s\n", files[k]);
-            rc = 1;
-            continue;
-        }
-        mf_bench_table_print(tab, k ? MF_BENCH_JSON : MF_BENCH_CSV, f);
-        fclose(f);
-    }
+    if (mf_bench_table_write_files(tab, o.csv, o.json, "minfer bench attention")) rc = 1;
     free(cases);
     mf_bench_table_free(tab);
     mf_bench_timer_free(timer);

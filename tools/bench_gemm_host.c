@@ -177,16 +177,7 @@ int mf_bench_gemm_host_main(int argc, char **argv) {
                    cs.entries, cs.capacity);
         }
 #endif
-        if (csv) {
-            FILE *f = fopen(csv, "w");
-            if (!f) {
-                fprintf(stderr, "minfer bench gemm-host: cannot write %s\n", csv);
-                rc = 1;
-            } else {
-                mf_bench_table_print(tab, MF_BENCH_CSV, f);
-                fclose(f);
-            }
-        }
+        if (mf_bench_table_write_files(tab, csv, NULL, "minfer bench gemm-host")) rc = 1;
     }
     mf_bench_table_free(tab);
     mf_backend_free(be);

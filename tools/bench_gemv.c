@@ -273,18 +273,7 @@ int mf_bench_gemv_main(int argc, char **argv) {
                mf_backend_name(be), device, date, copy, iters,
                cuda ? "; lt = cuBLASLt (default path), gemv = src/cuda/gemv.cu" : "; CPU: mf_gemm only (no gemv path)");
     mf_bench_table_print(tab, fmt, stdout);
-    const char *files[2] = {csv, json};
-    for (int k = 0; k < 2; k++) {
-        if (!files[k]) continue;
-        FILE *f = fopen(files[k], "w");
-        if (!f) {
-            fprintf(stderr, "minfer bench gemv: cannot write %s\n", files[k]);
-            rc = 1;
-            continue;
-        }
-        mf_bench_table_print(tab, k ? MF_BENCH_JSON : MF_BENCH_CSV, f);
-        fclose(f);
-    }
+    if (mf_bench_table_write_files(tab, csv, json, "minfer bench gemv")) rc = 1;
     mf_bench_table_free(tab);
     mf_bench_timer_free(timer);
     mf_backend_free(be);

@@ -466,16 +466,7 @@ int mf_bench_moe_main(int argc, char **argv) {
                "SwiGLU; layer = router + permute + experts + combine\n",
                mf_backend_name(be), device, date, copy, o.iters);
     mf_bench_table_print(tab, o.fmt, stdout);
-    if (o.csv) {
-        FILE *f = fopen(o.csv, "w");
-        if (f) {
-            mf_bench_table_print(tab, MF_BENCH_CSV, f);
-            fclose(f);
-        } else {
-            fprintf(stderr, "minfer bench moe: cannot write %s\n", o.csv);
-            rc = 1;
-        }
-    }
+    if (mf_bench_table_write_files(tab, o.csv, NULL, "minfer bench moe")) rc = 1;
     mf_bench_table_free(tab);
     mf_bench_timer_free(timer);
     mf_backend_free(be);

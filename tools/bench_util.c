@@ -282,6 +282,23 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+int mf_bench_table_write_files(const mf_bench_table *t, const char *csv, const char *json, const char *who) {
+    const char *files[2] = {csv, json};
+    int rc = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!files[k]) continue;
+        FILE *f = fopen(files[k], "w");
+        if (!f) {
+            fprintf(stderr, "%s: cannot write %s\n", who, files[k]);
+            rc = 1;
+            continue;
+        }
+        mf_bench_table_print(t, k ? MF_BENCH_JSON : MF_BENCH_CSV, f);
+        fclose(f);
+    }
+    return rc;
+}
+
 void mf_bench_table_print(const mf_bench_table *t, mf_bench_format fmt, FILE *f) {
     const int nc = t->ncols;
     if (fmt == MF_BENCH_CSV) {

@@ -67,6 +67,10 @@ void mf_bench_table_free(mf_bench_table *t);
 // Appends a row of ncols cells (copied). False on OOM.
 bool mf_bench_table_add(mf_bench_table *t, const char *const *cells);
 void mf_bench_table_print(const mf_bench_table *t, mf_bench_format fmt, FILE *f);
+// Writes t as CSV to csv and as JSON to json (either NULL: skipped); a file
+// that cannot be written is named on stderr after `who` ("minfer bench
+// attention"). Returns 0, or 1 when a file could not be written.
+int mf_bench_table_write_files(const mf_bench_table *t, const char *csv, const char *json, const char *who);
 // Leaves column `name` out of the aligned table (CSV and JSON keep it).
 void mf_bench_table_hide_in_table(mf_bench_table *t, const char *name);
 
