@@ -3,13 +3,14 @@
 //   test_model FIXTURES_DIR     (tests/fixtures/models, by tests/fixtures/make_fixtures.py)
 //
 // - Fixtures (HF transformers, float32 eager reference; GPT-2, Llama, Llama 3
-//   scaling, bf16 Llama, Mixtral (refused until the MoE MLP lands), Qwen2 with
+//   scaling, bf16 Llama, Mixtral (bf16, 8 experts top-2), Qwen2 with
 //   q/k/v biases and tied embeddings): all-position logits
 //   of prompt_ids against logits.npy, per row max|got - ref| / max|ref| <= 1e-4
 //   (the CPU computes in f32; HF's f32 forward differs by f32 rounding, ~1e-6);
 //   20 greedy tokens identical (mf_session_forward step by step, argmax here);
 //   the batch prompts prefilled and decoded together give each one's tokens;
-//   per-token NLL as in expected.json (1e-4 absolute); model info.
+//   per-token NLL as in expected.json (1e-4 absolute); model info (experts,
+//   top-k and active parameters for the MoE fixtures).
 // - Mistral with sliding_window 8 (mistral-window-tiny, 41-token prompt): the
 //   full fixture test (each query sees its last 8 keys), flash path.
 // - A float64 reference forward written here from the spec and the weight
@@ -462,13 +463,6 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
     }
     mf_model *m = NULL;
     mf_status st = mf_model_load(f.dir, cpu, NULL, &m);
-    if (st == MF_ERR_UNSUPPORTED && strstr(mf_last_error(), "mixture-of-experts")) {
-        // Refused with a clear reason until the MoE MLP lands; the test keeps the contract honest.
-        expect_err(name, st, MF_ERR_UNSUPPORTED, "mixture-of-experts", "config.json");
-        skip(name, "mixture-of-experts MLP not implemented yet: logits/greedy not compared");
-        fixture_close(&f);
-        return;
-    }
     if (!check_ok(name, st)) {
         fixture_close(&f);
         return;
@@ -496,6 +490,27 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
                sub, "arch %s, %lld params (checkpoint %lld), vocab %d, eos %d (want %d), kv/token %lld", info.arch,
                (long long)info.n_params, (long long)numel, info.vocab, info.eos_id, want_eos,
                (long long)info.kv_bytes_per_token);
+        // experts: config.json's counts, and a token's share of the parameters from the shapes
+        const cJSON *cfg = NULL;
+        char cp[700];
+        snprintf(cp, sizeof cp, "%s/config.json", f.dir);
+        cJSON *cj = read_json(cp);
+        if (cj) cfg = cJSON_GetObjectItem(cj, "num_experts_per_tok");
+        if (cfg) {
+            const cJSON *ne = cJSON_GetObjectItem(cj, "num_local_experts");
+            if (!ne) ne = cJSON_GetObjectItem(cj, "num_experts");
+            const int64_t E = ne ? (int64_t)ne->valuedouble : -1, k = (int64_t)cfg->valuedouble;
+            const int64_t per_expert = 3LL * info.hidden * info.ffn;
+            snprintf(sub, sizeof sub, "%s info experts", name);
+            report(info.n_experts == E && info.top_k == k &&
+                       info.n_active_params == info.n_params - (E - k) * info.n_layers * per_expert,
+                   sub, "%d experts (config %lld), top-%d (config %lld), active %lld of %lld params", info.n_experts,
+                   (long long)E, info.top_k, (long long)k, (long long)info.n_active_params, (long long)info.n_params);
+        } else {
+            report(info.n_experts == 0 && info.n_active_params == info.n_params, sub,
+                   "dense: no experts, active params = params");
+        }
+        cJSON_Delete(cj);
     }
 
     float *lg = malloc((size_t)(f.n_prompt + 1) * (size_t)V * sizeof *lg);
@@ -911,10 +926,23 @@ static void test_broken(mf_backend *cpu) {
     expect_err("load(gpt2 missing c_attn)", mf_model_load(d, cpu, NULL, &m), MF_ERR_FORMAT,
                "'transformer.h.1.attn.c_attn.weight'", "gpt2missing/model.safetensors");
     remove_dir(d);
+    // mixture of experts: one expert's tensor among the 8 packed per layer
+    d = make_broken("mixtral-tiny", "moemissing", edit_rename,
+                    "model.layers.1.block_sparse_moe.experts.5.w3.weight=model.layers.1.block_sparse_moe.experts.5.w3X");
+    expect_err("load(mixtral missing expert 5 w3)", mf_model_load(d, cpu, NULL, &m), MF_ERR_FORMAT,
+               "missing tensor 'model.layers.1.block_sparse_moe.experts.5.w3.weight'", "moemissing/model.safetensors");
+    remove_dir(d);
+    d = make_broken("mixtral-tiny", "moeshape", edit_transpose, "model.layers.0.block_sparse_moe.experts.7.w2.weight");
+    expect_err("load(mixtral expert w2 transposed)", mf_model_load(d, cpu, NULL, &m), MF_ERR_FORMAT,
+               "model.layers.0.block_sparse_moe.experts.7.w2.weight", "expected (64, 96)");
+    remove_dir(d);
     report(m == NULL, "failed loads leave *out NULL", NULL);
 
     d = make_sharded("llama-tiny", "sharded");
     expect_same_model(cpu, "load(sharded: 2 shards + index.json)", d, "llama-tiny");
+    remove_dir(d);
+    d = make_sharded("mixtral-tiny", "moesharded");
+    expect_same_model(cpu, "load(mixtral sharded: 2 shards + index.json)", d, "mixtral-tiny");
     remove_dir(d);
     d = make_broken("gpt2-tiny", "gpt2noprefix", edit_strip_prefix, "transformer.");
     expect_same_model(cpu, "load(gpt2 names without 'transformer.')", d, "gpt2-tiny");
@@ -1407,10 +1435,12 @@ int main(int argc, char **argv) {
     test_profiler(cpu, "classic");
     test_faults(cpu, "gpt2-tiny");
     test_faults(cpu, "llama-tiny-bf16");
+    test_faults(cpu, "mixtral-tiny");
     test_cycles(cpu);
     test_greedy_cpu(cpu, "gpt2-tiny");
     test_greedy_cpu(cpu, "llama-tiny");
     test_greedy_cpu(cpu, "llama3-tiny");
+    test_greedy_cpu(cpu, "mixtral-tiny");
     for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);

@@ -248,6 +248,13 @@ int mf_cmd_model_info(int argc, char **argv) {
            in.arch, in.n_layers, in.hidden, in.n_heads, in.n_kv_heads, in.head_dim, in.ffn, in.vocab,
            (long long)in.max_pos);
     printf("parameters:   %lld (%.2f M)\n", (long long)in.n_params, (double)in.n_params / 1e6);
+    if (in.n_experts > 0) {
+        printf("experts:      %d per layer, top-%d per token, expert ffn %d", in.n_experts, in.top_k, in.ffn);
+        if (in.shared_ffn > 0) printf(", shared expert ffn %d", in.shared_ffn);
+        printf("\n              active parameters per token: %lld (%.2f M) of %lld (%.1f%%)\n",
+               (long long)in.n_active_params, (double)in.n_active_params / 1e6, (long long)in.n_params,
+               100.0 * (double)in.n_active_params / (double)in.n_params);
+    }
     printf("dtype:        %s on %s\n", mf_dtype_name(in.dtype), in.backend);
     const mf_tokenizer *tok = mf_model_tokenizer(m);
     if (tok)
@@ -266,7 +273,10 @@ int mf_cmd_model_info(int argc, char **argv) {
            attn, strcmp(in.backend, "cpu") == 0 ? "   <- this run" : "");
     printf("              cuda: weights, activations and KV cache in bf16 (default), f16 or f32 (--dtype), f32 "
            "accumulation, attention %s (%s)%s\n",
-           attn, classic ? "QK^T GEMM -> softmax -> PV" : "online softmax over the KV cache; decode steps as CUDA Graphs",
+           attn,
+           classic             ? "QK^T GEMM -> softmax -> PV"
+           : in.n_experts > 0 ? "online softmax over the KV cache; no CUDA Graphs: the experts read offsets back"
+                              : "online softmax over the KV cache; decode steps as CUDA Graphs",
            strcmp(in.backend, "cuda") == 0 ? "   <- this run" : mf_cuda_available() ? "" : "   (no CUDA device here)");
     mf_session_plan p;
     int rc = 0;

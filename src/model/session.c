@@ -79,13 +79,14 @@ static mf_status carve(mf_session *s, const mf_model *m, const mf_session_dims *
     const mf_dec_spec *sp = &m->spec;
     const mf_dtype dt = m->dtype;
     const int64_t T = d->T, R = d->n_rows, H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
-    const int64_t ff = sp->gated_mlp ? 2 * (int64_t)sp->ffn : sp->ffn;
+    // an MoE layer's inner activations are in its workspace (alloc_moe_workspace)
+    const int64_t ff = sp->n_experts > 0 ? 0 : sp->gated_mlp ? 2 * (int64_t)sp->ffn : sp->ffn;
     MF_TRY(take(c, &s->h, dt, T, sp->hidden));
     MF_TRY(take(c, &s->n, dt, T, sp->hidden));
     MF_TRY(take(c, &s->a, dt, T, sp->hidden));
     MF_TRY(take(c, &s->qkv, dt, T, (H + 2 * G) * D));
     MF_TRY(take(c, &s->ctx, dt, T, H * D));
-    MF_TRY(take(c, &s->ff, dt, T, ff));
+    if (ff > 0) MF_TRY(take(c, &s->ff, dt, T, ff));
     if (d->q_block > 0) { // classic attention's scratch
         const int64_t nsc = H * d->q_block * d->ld;
         if (G != H) MF_TRY(take(c, &s->q_hm, dt, H * d->q_block * D, 0));
@@ -127,9 +128,12 @@ static void graph_drop(mf_session *s, int i);
 
 // Graphs need a backend that records them and an attention whose launches do
 // not depend on the sequence lengths: the flash path reads them from device
-// memory; the classic path sizes its GEMMs by them on the host.
+// memory; the classic path sizes its GEMMs by them on the host. A
+// mixture-of-experts MLP cannot be recorded either: the CUDA expert loop
+// reads the E + 1 expert offsets back to the host every layer (a sync) and
+// sizes each expert's GEMMs by them, which a replayed graph would freeze.
 static bool graphs_possible(const mf_session *s) {
-    return s->be->graph_begin != NULL && s->m->attn == MF_ATTN_FLASH;
+    return s->be->graph_begin != NULL && s->m->attn == MF_ATTN_FLASH && s->m->spec.n_experts == 0;
 }
 
 // Scratch bytes for a session of this size (arena capacity).
@@ -188,6 +192,22 @@ static mf_status alloc_attn_workspace(mf_session *s, const mf_session_dims *d) {
     return MF_OK;
 }
 
+// mf_moe's workspace for a step of T rows (the most any step uses: a
+// smaller one fits in it), for layer 0's shapes (every layer has the same).
+static mf_status alloc_moe_workspace(mf_session *s, const mf_session_dims *d) {
+    if (s->m->spec.n_experts == 0) return MF_OK;
+    mf_moe_layer ml;
+    mf_moe_routing r;
+    mf_forward_moe_layer(s->m, 0, &ml, &r);
+    mf_tensor x = s->n, out = s->a;
+    x.shape[0] = out.shape[0] = d->T;
+    size_t bytes = 0;
+    MF_TRY(mf_moe_block_workspace(s->be, &ml, &r, &x, &out, &bytes));
+    MF_TRY(mf_backend_alloc(s->be, bytes ? bytes : 1, &s->moe_ws));
+    s->moe_ws_bytes = bytes;
+    return MF_OK;
+}
+
 mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out) {
     static const char fn[] = "session_create";
     if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);
@@ -238,6 +258,7 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
         st = carve(s, m, &d, &c);
     }
     if (st == MF_OK && m->attn == MF_ATTN_FLASH) st = alloc_attn_workspace(s, &d);
+    if (st == MF_OK) st = alloc_moe_workspace(s, &d);
     if (st != MF_OK) {
         mf_session_free(s);
         return st;
@@ -252,6 +273,7 @@ void mf_session_free(mf_session *s) {
     mf_arena_free(s->arena);
     for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
     if (s->attn_ws) mf_backend_dealloc(s->be, s->attn_ws);
+    if (s->moe_ws) mf_backend_dealloc(s->be, s->moe_ws);
     free(s->len);
     free(s->seen);
     free(s->h_step);
