@@ -506,6 +506,17 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
                        info.n_active_params == info.n_params - (E - k) * info.n_layers * per_expert,
                    sub, "%d experts (config %lld), top-%d (config %lld), active %lld of %lld params", info.n_experts,
                    (long long)E, info.top_k, (long long)k, (long long)info.n_active_params, (long long)info.n_params);
+            // The experts are packed into the weight block at load; an f32 checkpoint keeps its
+            // other tensors in place in the mmap (the mixed path: qwen2-moe-tiny is f32).
+            const mf_layer_weights *L0 = &m->w.layers[0];
+            const char *blk = m->w.block, *ew = L0->experts_w1.data;
+            const bool packed = ew >= blk && ew < blk + m->w.block_bytes && L0->experts_w1.ndim == 3;
+            const bool f32_ckpt = !strcmp(fx, "qwen2-moe-tiny");
+            snprintf(sub, sizeof sub, "%s load layout", name);
+            report(packed && (!f32_ckpt || m->w.st != NULL), sub,
+                   "experts packed (%lld, %lld, %lld) in the weight block: %s; other tensors %s", (long long)E,
+                   (long long)L0->experts_w1.shape[1], (long long)L0->experts_w1.shape[2], packed ? "yes" : "NO",
+                   m->w.st ? "used in place from the mmap" : "copied");
         } else {
             report(info.n_experts == 0 && info.n_active_params == info.n_params, sub,
                    "dense: no experts, active params = params");
@@ -1417,7 +1428,8 @@ int main(int argc, char **argv) {
     if (mf_backend_init("cpu", &cpu) != MF_OK) return 2;
 
     const char *fixtures[] = {"gpt2-tiny",    "llama-tiny", "llama3-tiny",        "llama-tiny-bf16",
-                              "mixtral-tiny", "qwen2-tiny", "mistral-window-tiny"}; // window 8, a 41-token prompt
+                              "mixtral-tiny", "qwen2-tiny", "mistral-window-tiny", // window 8, a 41-token prompt
+                              "qwen2-moe-tiny"};
     const int n_fixtures = (int)(sizeof fixtures / sizeof fixtures[0]);
     for (int i = 0; i < n_fixtures; i++) test_fixture(cpu, fixtures[i]);
     const char *attns[] = {"flash", "classic"};
@@ -1436,11 +1448,13 @@ int main(int argc, char **argv) {
     test_faults(cpu, "gpt2-tiny");
     test_faults(cpu, "llama-tiny-bf16");
     test_faults(cpu, "mixtral-tiny");
+    test_faults(cpu, "qwen2-moe-tiny");
     test_cycles(cpu);
     test_greedy_cpu(cpu, "gpt2-tiny");
     test_greedy_cpu(cpu, "llama-tiny");
     test_greedy_cpu(cpu, "llama3-tiny");
     test_greedy_cpu(cpu, "mixtral-tiny");
+    test_greedy_cpu(cpu, "qwen2-moe-tiny");
     for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);
