@@ -315,9 +315,88 @@ static void ref_attention(const mf_model *m, int32_t l, const double *x, int64_t
     free(qkv), free(ctx), free(sc);
 }
 
+// Element (e, r, c) of a 3-D f32 tensor (the packed experts).
+static double w3at(const mf_tensor *t, int64_t e, int64_t r, int64_t c) {
+    return (double)((const float *)t->data)[e * t->stride[0] + r * t->stride[1] + c * t->stride[2]];
+}
+
+// y (H) += scale * FFN(x) of one expert in torch layout: w1 (rows, H) with
+// rows = 2F (gate | up, SwiGLU) or F (GELU-tanh), w2 (H, F); e: the expert's
+// index into 3-D tensors, or -1 for 2-D ones (the shared expert).
+static void ref_expert(const mf_dec_spec *sp, const mf_tensor *w1, const mf_tensor *w2, int64_t e, int64_t F,
+                       const double *x, double scale, double *y) {
+    const int64_t H = sp->hidden;
+    double *a = malloc((size_t)F * sizeof *a);
+    for (int64_t i = 0; i < F; i++) {
+        double g = 0, u = 0;
+        for (int64_t k = 0; k < H; k++) {
+            g += x[k] * (e < 0 ? wat(w1, i, k) : w3at(w1, e, i, k));
+            if (sp->gated_mlp) u += x[k] * (e < 0 ? wat(w1, F + i, k) : w3at(w1, e, F + i, k));
+        }
+        a[i] = sp->gated_mlp ? ref_act(MF_DEC_ACT_SILU, g) * u : ref_act(MF_DEC_ACT_GELU_TANH, g);
+    }
+    for (int64_t h = 0; h < H; h++) {
+        double acc = 0;
+        for (int64_t i = 0; i < F; i++) acc += a[i] * (e < 0 ? wat(w2, h, i) : w3at(w2, e, h, i));
+        y[h] += scale * acc;
+    }
+    free(a);
+}
+
+// The mixture of experts per token, as HF's sparse MoE blocks compute it:
+// softmax over all router logits, the top_k largest (ties to the lower
+// index), optionally renormalised; plus the (sigmoid-gated) shared expert.
+static void ref_moe(const mf_model *m, int32_t l, const double *x, int64_t T, double *out) {
+    const mf_dec_spec *sp = &m->spec;
+    const mf_layer_weights *L = &m->w.layers[l];
+    const int64_t H = sp->hidden, E = sp->n_experts, K = sp->top_k;
+    double lg[256], p[256];
+    for (int64_t t = 0; t < T; t++) {
+        const double *xt = x + t * H;
+        double *yt = out + t * H;
+        memset(yt, 0, (size_t)H * sizeof *yt);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < E; e++) {
+            lg[e] = 0;
+            for (int64_t k = 0; k < H; k++) lg[e] += xt[k] * wat(&L->router, e, k);
+            mx = fmax(mx, lg[e]);
+        }
+        for (int64_t e = 0; e < E; e++) sum += (p[e] = exp(lg[e] - mx));
+        int64_t pick[8];
+        double wsum = 0;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t b = -1;
+            for (int64_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int64_t i = 0; i < j; i++) taken = taken || pick[i] == e;
+                if (!taken && (b < 0 || lg[e] > lg[b])) b = e;
+            }
+            pick[j] = b;
+            wsum += p[b] / sum;
+        }
+        for (int64_t j = 0; j < K; j++) {
+            const double w = p[pick[j]] / sum / (sp->moe_renorm ? wsum : 1.0);
+            ref_expert(sp, &L->experts_w1, &L->experts_w2, pick[j], sp->ffn, xt, w, yt);
+        }
+        if (sp->shared_ffn > 0) {
+            double g = 1.0;
+            if (sp->shared_gated) {
+                double z = 0;
+                for (int64_t k = 0; k < H; k++) z += xt[k] * wat(&L->shared_gate, 0, k);
+                g = 1.0 / (1.0 + exp(-z));
+            }
+            ref_expert(sp, &L->shared_w1, &L->shared_w2, -1, sp->shared_ffn, xt, g, yt);
+        }
+    }
+}
+
 static void ref_mlp(const mf_model *m, int32_t l, const double *x, int64_t T, double *out) {
     const mf_dec_spec *sp = &m->spec;
     const mf_layer_weights *L = &m->w.layers[l];
+    if (sp->n_experts > 0) {
+        ref_moe(m, l, x, T, out);
+        return;
+    }
     const int64_t F = sp->ffn, fw = sp->gated_mlp ? 2 * F : F;
     double *ff = malloc((size_t)(T * fw) * sizeof *ff), *act = malloc((size_t)(T * F) * sizeof *act);
     ref_linear(x, T, sp->hidden, L->up, L->n_up, ff, fw);
@@ -1227,6 +1306,20 @@ static void test_memory_plan(mf_backend *cpu) {
                worst, less ? "yes" : "NO");
     mf_model_free(mf);
     mf_model_free(mc);
+
+    // mixture of experts: the plan counts mf_moe's workspace, which the session allocates at create
+    static const char mname[] = "memory plan(tiny-moe-postnorm: MoE workspace)";
+    mf_model *mm = NULL;
+    mf_session *s = NULL;
+    mf_session_plan pm;
+    if (check_ok(mname, mf_model_synthetic("tiny-moe-postnorm", 1, cpu, &of, &mm)) &&
+        check_ok(mname, mf_session_plan_memory(mm, 2, 64, &pm)) && check_ok(mname, mf_session_create(mm, 2, 64, &s)))
+        report(s->moe_ws_bytes > 0 && pm.kv_bytes + pm.scratch_bytes >= mf_session_bytes(s) &&
+                   pm.kv_bytes + pm.scratch_bytes - mf_session_bytes(s) < 256, // the arena's last tensor is not padded
+               mname, "plan %lld + %lld bytes, session %lld (MoE workspace %zu)", (long long)pm.kv_bytes,
+               (long long)pm.scratch_bytes, (long long)mf_session_bytes(s), s->moe_ws_bytes);
+    mf_session_free(s);
+    mf_model_free(mm);
 }
 
 // CUDA Graphs: greedy decoding with graphs (the default) and without gives
@@ -1439,6 +1532,7 @@ int main(int argc, char **argv) {
         test_reference(cpu, "tiny-geglu", attns[a], 0);
         test_reference(cpu, "tiny-gpt2", attns[a], 0);
         test_reference(cpu, "tiny-postnorm", attns[a], 0);
+        test_reference(cpu, "tiny-moe-postnorm", attns[a], 0); // the brief's model: attention, add & norm, MoE, add & norm
     }
     test_bad_inputs(cpu);
     test_broken(cpu);

@@ -1,6 +1,7 @@
 // Sessions: slots with a KV cache, scratch carved once, and mf_session_forward
 // (argument checks, splitting into steps, the LM head for the rows asked for).
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,7 @@ static mf_status check_size(const char *fn, const mf_model *m, int32_t max_batch
 }
 
 static void graph_drop(mf_session *s, int i);
+static mf_status moe_ws_bytes(const mf_model *m, int64_t T, size_t *bytes);
 
 // Graphs need a backend that records them and an attention whose launches do
 // not depend on the sequence lengths: the flash path reads them from device
@@ -158,6 +160,9 @@ mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t m
     session_dims(m, max_batch, max_seq, &d);
     out->kv_bytes = mf_kv_cache_bytes(sp->n_layers, max_batch, max_seq, sp->n_kv_heads, sp->head_dim, m->dtype);
     out->scratch_bytes = scratch_bytes(m, max_batch, max_seq);
+    size_t moe = 0;
+    MF_TRY(moe_ws_bytes(m, d.T, &moe));
+    out->scratch_bytes += (int64_t)moe;
     out->step_tokens = d.T;
     return MF_OK;
 }
@@ -192,18 +197,29 @@ static mf_status alloc_attn_workspace(mf_session *s, const mf_session_dims *d) {
     return MF_OK;
 }
 
-// mf_moe's workspace for a step of T rows (the most any step uses: a
-// smaller one fits in it), for layer 0's shapes (every layer has the same).
-static mf_status alloc_moe_workspace(mf_session *s, const mf_session_dims *d) {
-    if (s->m->spec.n_experts == 0) return MF_OK;
+// Bytes of mf_moe's workspace for a step of T rows (the most any step uses:
+// a smaller one fits in it), for layer 0's shapes (every layer has the same);
+// 0 for a dense model. The size depends on shapes and dtypes only: x and out
+// are described at two placeholder addresses, never dereferenced.
+static mf_status moe_ws_bytes(const mf_model *m, int64_t T, size_t *bytes) {
+    *bytes = 0;
+    if (m->spec.n_experts == 0) return MF_OK;
     mf_moe_layer ml;
     mf_moe_routing r;
-    mf_forward_moe_layer(s->m, 0, &ml, &r);
-    mf_tensor x = s->n, out = s->a;
-    x.shape[0] = out.shape[0] = d->T;
+    mf_forward_moe_layer(m, 0, &ml, &r);
+    const int64_t shape[2] = {T, m->spec.hidden};
+    const int64_t span = T * m->spec.hidden * (int64_t)mf_dtype_size(m->dtype) + 256;
+    mf_tensor x, out;
+    MF_TRY(mf_tensor_make(&x, (void *)(uintptr_t)256, m->dtype, ml.router.device, 2, shape));
+    MF_TRY(mf_tensor_make(&out, (void *)(uintptr_t)(256 + span), m->dtype, ml.router.device, 2, shape));
+    return mf_moe_block_workspace(m->be, &ml, &r, &x, &out, bytes);
+}
+
+static mf_status alloc_moe_workspace(mf_session *s, const mf_session_dims *d) {
     size_t bytes = 0;
-    MF_TRY(mf_moe_block_workspace(s->be, &ml, &r, &x, &out, &bytes));
-    MF_TRY(mf_backend_alloc(s->be, bytes ? bytes : 1, &s->moe_ws));
+    MF_TRY(moe_ws_bytes(s->m, d->T, &bytes));
+    if (bytes == 0) return MF_OK;
+    MF_TRY(mf_backend_alloc(s->be, bytes, &s->moe_ws));
     s->moe_ws_bytes = bytes;
     return MF_OK;
 }
@@ -308,7 +324,7 @@ int64_t mf_session_seq_len(const mf_session *s, int32_t seq) {
 
 int64_t mf_session_bytes(const mf_session *s) {
     if (!s) return 0;
-    return s->kv.bytes + (int64_t)mf_arena_peak(s->arena);
+    return s->kv.bytes + (int64_t)mf_arena_peak(s->arena) + (int64_t)s->moe_ws_bytes;
 }
 
 mf_model *mf_session_model(const mf_session *s) { return s ? s->m : NULL; }
