@@ -1018,7 +1018,8 @@ static void test_broken(mf_backend *cpu) {
     remove_dir(d);
     // mixture of experts: one expert's tensor among the 8 packed per layer
     d = make_broken("mixtral-tiny", "moemissing", edit_rename,
-                    "model.layers.1.block_sparse_moe.experts.5.w3.weight=model.layers.1.block_sparse_moe.experts.5.w3X");
+                    "model.layers.1.block_sparse_moe.experts.5.w3.weight="
+                    "model.layers.1.block_sparse_moe.experts.5.w3X");
     expect_err("load(mixtral missing expert 5 w3)", mf_model_load(d, cpu, NULL, &m), MF_ERR_FORMAT,
                "missing tensor 'model.layers.1.block_sparse_moe.experts.5.w3.weight'", "moemissing/model.safetensors");
     remove_dir(d);
@@ -1532,7 +1533,7 @@ int main(int argc, char **argv) {
         test_reference(cpu, "tiny-geglu", attns[a], 0);
         test_reference(cpu, "tiny-gpt2", attns[a], 0);
         test_reference(cpu, "tiny-postnorm", attns[a], 0);
-        test_reference(cpu, "tiny-moe-postnorm", attns[a], 0); // the brief's model: attention, add & norm, MoE, add & norm
+        test_reference(cpu, "tiny-moe-postnorm", attns[a], 0); // attention, add & norm, MoE, add & norm
     }
     test_bad_inputs(cpu);
     test_broken(cpu);

@@ -66,7 +66,7 @@ typedef struct {
     bool chat_template;        // the checkpoint has a chat template (tokenizer_config.json's
                                // chat_template, or chat_template.jinja); minfer does not apply it
     int64_t sliding_window;    // attention window in tokens; 0: full attention
-    int32_t n_experts;         // mixture of experts: routed experts per layer (0: dense MLP; ffn is each expert's width)
+    int32_t n_experts;         // mixture of experts: routed experts per layer (0: dense; ffn: each expert's width)
     int32_t top_k;             // experts each token goes through
     int32_t shared_ffn;        // width of the shared expert every token also goes through (0: none)
     int64_t n_active_params;   // parameters one token runs through (top_k of the experts); n_params when dense
