@@ -3,13 +3,14 @@
 //   test_model FIXTURES_DIR     (tests/fixtures/models, by tests/fixtures/make_fixtures.py)
 //
 // - Fixtures (HF transformers, float32 eager reference; GPT-2, Llama, Llama 3
-//   scaling, bf16 Llama, Mixtral (refused until the MoE MLP lands), Qwen2 with
+//   scaling, bf16 Llama, Mixtral (bf16, 8 experts top-2), Qwen2 with
 //   q/k/v biases and tied embeddings): all-position logits
 //   of prompt_ids against logits.npy, per row max|got - ref| / max|ref| <= 1e-4
 //   (the CPU computes in f32; HF's f32 forward differs by f32 rounding, ~1e-6);
 //   20 greedy tokens identical (mf_session_forward step by step, argmax here);
 //   the batch prompts prefilled and decoded together give each one's tokens;
-//   per-token NLL as in expected.json (1e-4 absolute); model info.
+//   per-token NLL as in expected.json (1e-4 absolute); model info (experts,
+//   top-k and active parameters for the MoE fixtures).
 // - Mistral with sliding_window 8 (mistral-window-tiny, 41-token prompt): the
 //   full fixture test (each query sees its last 8 keys), flash path.
 // - A float64 reference forward written here from the spec and the weight
@@ -314,9 +315,88 @@ static void ref_attention(const mf_model *m, int32_t l, const double *x, int64_t
     free(qkv), free(ctx), free(sc);
 }
 
+// Element (e, r, c) of a 3-D f32 tensor (the packed experts).
+static double w3at(const mf_tensor *t, int64_t e, int64_t r, int64_t c) {
+    return (double)((const float *)t->data)[e * t->stride[0] + r * t->stride[1] + c * t->stride[2]];
+}
+
+// y (H) += scale * FFN(x) of one expert in torch layout: w1 (rows, H) with
+// rows = 2F (gate | up, SwiGLU) or F (GELU-tanh), w2 (H, F); e: the expert's
+// index into 3-D tensors, or -1 for 2-D ones (the shared expert).
+static void ref_expert(const mf_dec_spec *sp, const mf_tensor *w1, const mf_tensor *w2, int64_t e, int64_t F,
+                       const double *x, double scale, double *y) {
+    const int64_t H = sp->hidden;
+    double *a = malloc((size_t)F * sizeof *a);
+    for (int64_t i = 0; i < F; i++) {
+        double g = 0, u = 0;
+        for (int64_t k = 0; k < H; k++) {
+            g += x[k] * (e < 0 ? wat(w1, i, k) : w3at(w1, e, i, k));
+            if (sp->gated_mlp) u += x[k] * (e < 0 ? wat(w1, F + i, k) : w3at(w1, e, F + i, k));
+        }
+        a[i] = sp->gated_mlp ? ref_act(MF_DEC_ACT_SILU, g) * u : ref_act(MF_DEC_ACT_GELU_TANH, g);
+    }
+    for (int64_t h = 0; h < H; h++) {
+        double acc = 0;
+        for (int64_t i = 0; i < F; i++) acc += a[i] * (e < 0 ? wat(w2, h, i) : w3at(w2, e, h, i));
+        y[h] += scale * acc;
+    }
+    free(a);
+}
+
+// The mixture of experts per token, as HF's sparse MoE blocks compute it:
+// softmax over all router logits, the top_k largest (ties to the lower
+// index), optionally renormalised; plus the (sigmoid-gated) shared expert.
+static void ref_moe(const mf_model *m, int32_t l, const double *x, int64_t T, double *out) {
+    const mf_dec_spec *sp = &m->spec;
+    const mf_layer_weights *L = &m->w.layers[l];
+    const int64_t H = sp->hidden, E = sp->n_experts, K = sp->top_k;
+    double lg[256], p[256];
+    for (int64_t t = 0; t < T; t++) {
+        const double *xt = x + t * H;
+        double *yt = out + t * H;
+        memset(yt, 0, (size_t)H * sizeof *yt);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < E; e++) {
+            lg[e] = 0;
+            for (int64_t k = 0; k < H; k++) lg[e] += xt[k] * wat(&L->router, e, k);
+            mx = fmax(mx, lg[e]);
+        }
+        for (int64_t e = 0; e < E; e++) sum += (p[e] = exp(lg[e] - mx));
+        int64_t pick[8];
+        double wsum = 0;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t b = -1;
+            for (int64_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int64_t i = 0; i < j; i++) taken = taken || pick[i] == e;
+                if (!taken && (b < 0 || lg[e] > lg[b])) b = e;
+            }
+            pick[j] = b;
+            wsum += p[b] / sum;
+        }
+        for (int64_t j = 0; j < K; j++) {
+            const double w = p[pick[j]] / sum / (sp->moe_renorm ? wsum : 1.0);
+            ref_expert(sp, &L->experts_w1, &L->experts_w2, pick[j], sp->ffn, xt, w, yt);
+        }
+        if (sp->shared_ffn > 0) {
+            double g = 1.0;
+            if (sp->shared_gated) {
+                double z = 0;
+                for (int64_t k = 0; k < H; k++) z += xt[k] * wat(&L->shared_gate, 0, k);
+                g = 1.0 / (1.0 + exp(-z));
+            }
+            ref_expert(sp, &L->shared_w1, &L->shared_w2, -1, sp->shared_ffn, xt, g, yt);
+        }
+    }
+}
+
 static void ref_mlp(const mf_model *m, int32_t l, const double *x, int64_t T, double *out) {
     const mf_dec_spec *sp = &m->spec;
     const mf_layer_weights *L = &m->w.layers[l];
+    if (sp->n_experts > 0) {
+        ref_moe(m, l, x, T, out);
+        return;
+    }
     const int64_t F = sp->ffn, fw = sp->gated_mlp ? 2 * F : F;
     double *ff = malloc((size_t)(T * fw) * sizeof *ff), *act = malloc((size_t)(T * F) * sizeof *act);
     ref_linear(x, T, sp->hidden, L->up, L->n_up, ff, fw);
@@ -462,13 +542,6 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
     }
     mf_model *m = NULL;
     mf_status st = mf_model_load(f.dir, cpu, NULL, &m);
-    if (st == MF_ERR_UNSUPPORTED && strstr(mf_last_error(), "mixture-of-experts")) {
-        // Refused with a clear reason until the MoE MLP lands; the test keeps the contract honest.
-        expect_err(name, st, MF_ERR_UNSUPPORTED, "mixture-of-experts", "config.json");
-        skip(name, "mixture-of-experts MLP not implemented yet: logits/greedy not compared");
-        fixture_close(&f);
-        return;
-    }
     if (!check_ok(name, st)) {
         fixture_close(&f);
         return;
@@ -496,6 +569,38 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
                sub, "arch %s, %lld params (checkpoint %lld), vocab %d, eos %d (want %d), kv/token %lld", info.arch,
                (long long)info.n_params, (long long)numel, info.vocab, info.eos_id, want_eos,
                (long long)info.kv_bytes_per_token);
+        // experts: config.json's counts, and a token's share of the parameters from the shapes
+        const cJSON *cfg = NULL;
+        char cp[700];
+        snprintf(cp, sizeof cp, "%s/config.json", f.dir);
+        cJSON *cj = read_json(cp);
+        if (cj) cfg = cJSON_GetObjectItem(cj, "num_experts_per_tok");
+        if (cfg) {
+            const cJSON *ne = cJSON_GetObjectItem(cj, "num_local_experts");
+            if (!ne) ne = cJSON_GetObjectItem(cj, "num_experts");
+            const int64_t E = ne ? (int64_t)ne->valuedouble : -1, k = (int64_t)cfg->valuedouble;
+            const int64_t per_expert = 3LL * info.hidden * info.ffn;
+            snprintf(sub, sizeof sub, "%s info experts", name);
+            report(info.n_experts == E && info.top_k == k &&
+                       info.n_active_params == info.n_params - (E - k) * info.n_layers * per_expert,
+                   sub, "%d experts (config %lld), top-%d (config %lld), active %lld of %lld params", info.n_experts,
+                   (long long)E, info.top_k, (long long)k, (long long)info.n_active_params, (long long)info.n_params);
+            // The experts are packed into the weight block at load; an f32 checkpoint keeps its
+            // other tensors in place in the mmap (the mixed path: qwen2-moe-tiny is f32).
+            const mf_layer_weights *L0 = &m->w.layers[0];
+            const char *blk = m->w.block, *ew = L0->experts_w1.data;
+            const bool packed = ew >= blk && ew < blk + m->w.block_bytes && L0->experts_w1.ndim == 3;
+            const bool f32_ckpt = !strcmp(fx, "qwen2-moe-tiny");
+            snprintf(sub, sizeof sub, "%s load layout", name);
+            report(packed && (!f32_ckpt || m->w.st != NULL), sub,
+                   "experts packed (%lld, %lld, %lld) in the weight block: %s; other tensors %s", (long long)E,
+                   (long long)L0->experts_w1.shape[1], (long long)L0->experts_w1.shape[2], packed ? "yes" : "NO",
+                   m->w.st ? "used in place from the mmap" : "copied");
+        } else {
+            report(info.n_experts == 0 && info.n_active_params == info.n_params, sub,
+                   "dense: no experts, active params = params");
+        }
+        cJSON_Delete(cj);
     }
 
     float *lg = malloc((size_t)(f.n_prompt + 1) * (size_t)V * sizeof *lg);
@@ -911,10 +1016,24 @@ static void test_broken(mf_backend *cpu) {
     expect_err("load(gpt2 missing c_attn)", mf_model_load(d, cpu, NULL, &m), MF_ERR_FORMAT,
                "'transformer.h.1.attn.c_attn.weight'", "gpt2missing/model.safetensors");
     remove_dir(d);
+    // mixture of experts: one expert's tensor among the 8 packed per layer
+    d = make_broken("mixtral-tiny", "moemissing", edit_rename,
+                    "model.layers.1.block_sparse_moe.experts.5.w3.weight="
+                    "model.layers.1.block_sparse_moe.experts.5.w3X");
+    expect_err("load(mixtral missing expert 5 w3)", mf_model_load(d, cpu, NULL, &m), MF_ERR_FORMAT,
+               "missing tensor 'model.layers.1.block_sparse_moe.experts.5.w3.weight'", "moemissing/model.safetensors");
+    remove_dir(d);
+    d = make_broken("mixtral-tiny", "moeshape", edit_transpose, "model.layers.0.block_sparse_moe.experts.7.w2.weight");
+    expect_err("load(mixtral expert w2 transposed)", mf_model_load(d, cpu, NULL, &m), MF_ERR_FORMAT,
+               "model.layers.0.block_sparse_moe.experts.7.w2.weight", "expected (64, 96)");
+    remove_dir(d);
     report(m == NULL, "failed loads leave *out NULL", NULL);
 
     d = make_sharded("llama-tiny", "sharded");
     expect_same_model(cpu, "load(sharded: 2 shards + index.json)", d, "llama-tiny");
+    remove_dir(d);
+    d = make_sharded("mixtral-tiny", "moesharded");
+    expect_same_model(cpu, "load(mixtral sharded: 2 shards + index.json)", d, "mixtral-tiny");
     remove_dir(d);
     d = make_broken("gpt2-tiny", "gpt2noprefix", edit_strip_prefix, "transformer.");
     expect_same_model(cpu, "load(gpt2 names without 'transformer.')", d, "gpt2-tiny");
@@ -1188,6 +1307,20 @@ static void test_memory_plan(mf_backend *cpu) {
                worst, less ? "yes" : "NO");
     mf_model_free(mf);
     mf_model_free(mc);
+
+    // mixture of experts: the plan counts mf_moe's workspace, which the session allocates at create
+    static const char mname[] = "memory plan(tiny-moe-postnorm: MoE workspace)";
+    mf_model *mm = NULL;
+    mf_session *s = NULL;
+    mf_session_plan pm;
+    if (check_ok(mname, mf_model_synthetic("tiny-moe-postnorm", 1, cpu, &of, &mm)) &&
+        check_ok(mname, mf_session_plan_memory(mm, 2, 64, &pm)) && check_ok(mname, mf_session_create(mm, 2, 64, &s)))
+        report(s->moe_ws_bytes > 0 && pm.kv_bytes + pm.scratch_bytes >= mf_session_bytes(s) &&
+                   pm.kv_bytes + pm.scratch_bytes - mf_session_bytes(s) < 256, // the arena's last tensor is not padded
+               mname, "plan %lld + %lld bytes, session %lld (MoE workspace %zu)", (long long)pm.kv_bytes,
+               (long long)pm.scratch_bytes, (long long)mf_session_bytes(s), s->moe_ws_bytes);
+    mf_session_free(s);
+    mf_model_free(mm);
 }
 
 // CUDA Graphs: greedy decoding with graphs (the default) and without gives
@@ -1389,7 +1522,8 @@ int main(int argc, char **argv) {
     if (mf_backend_init("cpu", &cpu) != MF_OK) return 2;
 
     const char *fixtures[] = {"gpt2-tiny",    "llama-tiny", "llama3-tiny",        "llama-tiny-bf16",
-                              "mixtral-tiny", "qwen2-tiny", "mistral-window-tiny"}; // window 8, a 41-token prompt
+                              "mixtral-tiny", "qwen2-tiny", "mistral-window-tiny", // window 8, a 41-token prompt
+                              "qwen2-moe-tiny"};
     const int n_fixtures = (int)(sizeof fixtures / sizeof fixtures[0]);
     for (int i = 0; i < n_fixtures; i++) test_fixture(cpu, fixtures[i]);
     const char *attns[] = {"flash", "classic"};
@@ -1399,6 +1533,7 @@ int main(int argc, char **argv) {
         test_reference(cpu, "tiny-geglu", attns[a], 0);
         test_reference(cpu, "tiny-gpt2", attns[a], 0);
         test_reference(cpu, "tiny-postnorm", attns[a], 0);
+        test_reference(cpu, "tiny-moe-postnorm", attns[a], 0); // attention, add & norm, MoE, add & norm
     }
     test_bad_inputs(cpu);
     test_broken(cpu);
@@ -1407,10 +1542,14 @@ int main(int argc, char **argv) {
     test_profiler(cpu, "classic");
     test_faults(cpu, "gpt2-tiny");
     test_faults(cpu, "llama-tiny-bf16");
+    test_faults(cpu, "mixtral-tiny");
+    test_faults(cpu, "qwen2-moe-tiny");
     test_cycles(cpu);
     test_greedy_cpu(cpu, "gpt2-tiny");
     test_greedy_cpu(cpu, "llama-tiny");
     test_greedy_cpu(cpu, "llama3-tiny");
+    test_greedy_cpu(cpu, "mixtral-tiny");
+    test_greedy_cpu(cpu, "qwen2-moe-tiny");
     for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);

@@ -1016,6 +1016,10 @@ static void test_config_inline(void) {
             "{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":1,"
             "\"num_attention_heads\":2,\"moe_intermediate_size\":16,\"decoder_sparse_step\":2}",
             MF_ERR_UNSUPPORTED, "decoder_sparse_step 2", NULL);
+    cfg_bad("config_qwen2_moe_mlp_only_layers",
+            "{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+            "\"num_attention_heads\":2,\"moe_intermediate_size\":16,\"mlp_only_layers\":[1]}",
+            MF_ERR_UNSUPPORTED, "mlp_only_layers lists 1 dense layers", NULL);
     cfg_bad("config_gpt2_inverse_layer_scaling", GPT2("\"scale_attn_by_inverse_layer_idx\":true,", NULL),
             MF_ERR_UNSUPPORTED, "scale_attn_by_inverse_layer_idx=true", NULL);
     cfg_bad("config_bad_json", "{\"architectures\":[\"LlamaForCausalLM\"", MF_ERR_FORMAT, "not valid JSON", NULL);

@@ -248,6 +248,13 @@ int mf_cmd_model_info(int argc, char **argv) {
            in.arch, in.n_layers, in.hidden, in.n_heads, in.n_kv_heads, in.head_dim, in.ffn, in.vocab,
            (long long)in.max_pos);
     printf("parameters:   %lld (%.2f M)\n", (long long)in.n_params, (double)in.n_params / 1e6);
+    if (in.n_experts > 0) {
+        printf("experts:      %d per layer, top-%d per token, expert ffn %d", in.n_experts, in.top_k, in.ffn);
+        if (in.shared_ffn > 0) printf(", shared expert ffn %d", in.shared_ffn);
+        printf("\n              active parameters per token: %lld (%.2f M) of %lld (%.1f%%)\n",
+               (long long)in.n_active_params, (double)in.n_active_params / 1e6, (long long)in.n_params,
+               100.0 * (double)in.n_active_params / (double)in.n_params);
+    }
     printf("dtype:        %s on %s\n", mf_dtype_name(in.dtype), in.backend);
     const mf_tokenizer *tok = mf_model_tokenizer(m);
     if (tok)
@@ -266,7 +273,10 @@ int mf_cmd_model_info(int argc, char **argv) {
            attn, strcmp(in.backend, "cpu") == 0 ? "   <- this run" : "");
     printf("              cuda: weights, activations and KV cache in bf16 (default), f16 or f32 (--dtype), f32 "
            "accumulation, attention %s (%s)%s\n",
-           attn, classic ? "QK^T GEMM -> softmax -> PV" : "online softmax over the KV cache; decode steps as CUDA Graphs",
+           attn,
+           classic             ? "QK^T GEMM -> softmax -> PV"
+           : in.n_experts > 0 ? "online softmax over the KV cache; no CUDA Graphs: the experts read offsets back"
+                              : "online softmax over the KV cache; decode steps as CUDA Graphs",
            strcmp(in.backend, "cuda") == 0 ? "   <- this run" : mf_cuda_available() ? "" : "   (no CUDA device here)");
     mf_session_plan p;
     int rc = 0;
@@ -472,7 +482,9 @@ static void bench_help(FILE *f) {
             "  decode tokens/s (single-token steps after the prefill, median step), the decode\n"
             "  roofline (weight bytes per step over the copy bandwidth measured in the same run)\n"
             "  and memory (weights + session: KV cache and scratch).\n"
-            "  --synthetic PRESET   small (default), medium, large, llama-7b, tiny: seeded random weights\n"
+            "  --synthetic PRESET   small (default), medium, large, llama-7b, tiny, moe-small (the brief's\n"
+            "                       post-norm MoE model: Small with 8 GELU experts, top-2): seeded random weights\n"
+            "                       (MoE: roof_tok/s counts the experts a step selects on average, even routing)\n"
             "  -m DIR               a checkpoint instead\n"
             "  --batch LIST         comma-separated (CPU default 1; CUDA default 1,4,8,16,32)\n"
             "  --seq LIST           prompt lengths (CPU default 128; CUDA default 128,512,2048,8192)\n"
@@ -564,6 +576,20 @@ static double peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1e3; // Linux: kilobytes
+}
+
+// Weight bytes a decode step of B sequences reads: all of them for a dense
+// model; with experts the dense part plus the experts the step's B tokens
+// select, E (1 - (1 - k/E)^B) per layer on average under even routing (a
+// real router's skew touches fewer distinct experts: a higher roofline).
+static double step_weight_bytes(const mf_model_info *in, int32_t B) {
+    const int64_t E = in->n_experts, k = in->top_k;
+    if (E <= 0 || E == k || in->n_params <= 0) return (double)in->weight_bytes;
+    const double per_param = (double)in->weight_bytes / (double)in->n_params;
+    const double one = (double)(in->n_params - in->n_active_params) / (double)(E - k); // one expert, all layers
+    const double dense = (double)in->n_params - (double)E * one;
+    const double used = (double)E * (1.0 - pow(1.0 - (double)k / (double)E, (double)B));
+    return per_param * (dense + used * one);
 }
 
 int mf_bench_model_main(int argc, char **argv) {
@@ -704,7 +730,7 @@ int mf_bench_model_main(int argc, char **argv) {
             }
             if (st == MF_OK) {
                 const double fwd = median(ps, iters), ttft = median(ts, iters), dec = median(ds, iters * gen);
-                const double roof = (double)B * copy_gbps * 1e9 / (double)in.weight_bytes;
+                const double roof = (double)B * copy_gbps * 1e9 / step_weight_bytes(&in, B);
                 char c[NC][256];
                 const char *cells[NC];
                 for (int k = 0; k < NC; k++) cells[k] = c[k];

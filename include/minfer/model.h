@@ -36,7 +36,11 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
 // hidden: tests; Llama-shaped with GQA, vocab 512). Also for tests:
 // "tiny-gpt2" (GPT-2-shaped tiny), "tiny-postnorm" (GPT-2-shaped with the
 // norms after the residual adds) and "tiny-geglu" ("tiny" with a GELU-tanh
-// gated MLP). The GPT-2-shaped presets have vocab 50257
+// gated MLP). Mixture of experts (the brief's end-to-end model, post-norm:
+// attention -> add & norm -> MoE -> add & norm, GPT-2-shaped attention, 8
+// GELU-tanh experts of width 4 hidden, top-2, renormalised): "moe-small" (Small's
+// 12 layers, 768 hidden, 12 heads; 533 M parameters, 193 M active per token)
+// and "tiny-moe-postnorm" (tests). The GPT-2-shaped presets have vocab 50257
 // and 16384 learned positions. Values: N(0, 0.02) (norm gains 1 + that),
 // the same for a seed on every backend (rounded to the dtype). No tokenizer.
 mf_status mf_model_synthetic(const char *preset, uint64_t seed, mf_backend *be, const mf_model_opts *opts,
@@ -62,6 +66,10 @@ typedef struct {
     bool chat_template;        // the checkpoint has a chat template (tokenizer_config.json's
                                // chat_template, or chat_template.jinja); minfer does not apply it
     int64_t sliding_window;    // attention window in tokens; 0: full attention
+    int32_t n_experts;         // mixture of experts: routed experts per layer (0: dense; ffn: each expert's width)
+    int32_t top_k;             // experts each token goes through
+    int32_t shared_ffn;        // width of the shared expert every token also goes through (0: none)
+    int64_t n_active_params;   // parameters one token runs through (top_k of the experts); n_params when dense
 } mf_model_info;
 
 mf_status mf_model_get_info(const mf_model *m, mf_model_info *out);

@@ -81,9 +81,6 @@ mf_status mf_spec_from_config(const mf_model_config *c, const char *path, mf_dec
                        c->arch_name, k->model_type, fam->missing ? fam->missing : "no decoder",
                        mf_arch_list(known, sizeof known, false, true));
     }
-    if (c->n_experts > 0)
-        return mf_fail(MF_ERR_UNSUPPORTED, "%s: %lld experts: the mixture-of-experts MLP is not implemented yet", path,
-                       (long long)c->n_experts);
     snprintf(s->arch, sizeof s->arch, "%s", k->model_type);
     s->n_layers = (int32_t)c->n_layers;
     s->hidden = (int32_t)c->hidden;
@@ -111,6 +108,13 @@ mf_status mf_spec_from_config(const mf_model_config *c, const char *path, mf_dec
     s->o_bias = c->o_bias;
     s->mlp_bias = c->mlp_bias;
     s->tied = c->tie_word_embeddings;
+    if (c->n_experts > 256 || c->n_experts_per_tok > 8)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: %lld experts, top-%lld: minfer runs up to 256 experts, top-8", path,
+                       (long long)c->n_experts, (long long)c->n_experts_per_tok);
+    s->n_experts = (int32_t)c->n_experts;
+    s->top_k = (int32_t)c->n_experts_per_tok;
+    s->moe_renorm = c->norm_topk_prob;
+    s->shared_ffn = (int32_t)c->shared_expert_ffn;
     s->rope_theta = c->rope_theta;
     switch (c->rope_scaling.type) {
     case MF_ROPE_SCALING_NONE: s->rope_scaling = MF_DEC_ROPE_NONE; break;

@@ -91,6 +91,15 @@ typedef struct {
 } mf_llama_defaults;
 mf_status mf_llama_parse_block(const mf_cfg *r, mf_model_config *c, const mf_llama_defaults *d);
 void mf_llama_weight_map(const mf_dec_spec *s, mf_weights *w, mf_wplan *p);
+// The Llama map with layer l's MLP planned by `moe` (NULL: the dense MLP).
+typedef void (*mf_moe_map)(const mf_dec_spec *s, mf_layer_weights *L, mf_wplan *p, int32_t l);
+void mf_llama_map(const mf_dec_spec *s, mf_weights *w, mf_wplan *p, mf_moe_map moe);
+// Layer l's router "model.layers.L.<router>.weight" (E, hidden) and experts
+// "model.layers.L.<experts>.E.<names[i]>.weight": names[0] | names[1] (gate,
+// up; gate only when ungated) packed into experts_w1, names[2] (down) into
+// experts_w2.
+void mf_moe_map_experts(const mf_dec_spec *s, mf_layer_weights *L, mf_wplan *p, int32_t l, const char *router,
+                        const char *experts, const char *const *names);
 
 extern const mf_family mf_family_gpt2, mf_family_llama, mf_family_qwen2, mf_family_mixtral, mf_family_qwen2_moe;
 

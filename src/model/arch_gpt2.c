@@ -55,6 +55,11 @@ static void gpt2_weights(const mf_dec_spec *sp, mf_weights *w, mf_wplan *p) {
         mf_wplan_conv1d(p, &L->o, q, h, "%sh.%d.attn.c_proj", pre, l);
         mf_wplan_vec(p, &L->norm2_w, h, 1.0f, "%sh.%d.ln_2.weight", pre, l);
         mf_wplan_vec(p, &L->norm2_b, h, 0.0f, "%sh.%d.ln_2.bias", pre, l);
+        if (sp->n_experts > 0) { // the synthetic MoE presets only (no GPT-2 checkpoint has experts)
+            static const char *const names[3] = {"fc1", "fc1", "fc2"}; // ungated: names[1] unused
+            mf_moe_map_experts(sp, L, p, l, "moe.gate", "moe.experts", names);
+            continue;
+        }
         mf_wplan_conv1d(p, &L->up[0], h, f, "%sh.%d.mlp.c_fc", pre, l);
         L->n_up = 1;
         mf_wplan_conv1d(p, &L->down, f, h, "%sh.%d.mlp.c_proj", pre, l);
@@ -90,9 +95,30 @@ static void tiny_postnorm(mf_dec_spec *s) { // the norms after the residual adds
     s->post_norm = true, s->final_norm = false;
 }
 
+// The brief's end-to-end model: attention -> add & norm -> MoE -> add & norm
+// (post-norm, GPT-2's attention, LayerNorm and learned positions), each MLP
+// a top-2 mixture of 8 ungated tanh-GELU experts of width 4 hidden (no
+// biases: mf_moe's experts have none), softmax routing renormalised over the
+// two (Mixtral's convention). "moe-small": the brief's Small (12 layers, 768
+// hidden, 12 heads) with those experts, for `minfer bench model`.
+static void moe_postnorm(mf_dec_spec *s) {
+    s->post_norm = true, s->final_norm = false;
+    s->mlp_bias = false;
+    s->n_experts = 8, s->top_k = 2, s->moe_renorm = true;
+}
+static void tiny_moe_postnorm(mf_dec_spec *s) {
+    tiny_gpt2(s);
+    moe_postnorm(s);
+}
+static void moe_small(mf_dec_spec *s) {
+    small(s);
+    moe_postnorm(s);
+}
+
 static const mf_arch_class classes[] = {{"GPT2LMHeadModel", "gpt2", MF_ARCH_GPT2}};
 static const mf_arch_preset presets[] = {
-    {"small", small}, {"medium", medium}, {"large", large}, {"tiny-gpt2", tiny_gpt2}, {"tiny-postnorm", tiny_postnorm},
+    {"small", small},         {"medium", medium},       {"large", large}, {"tiny-gpt2", tiny_gpt2},
+    {"tiny-postnorm", tiny_postnorm}, {"tiny-moe-postnorm", tiny_moe_postnorm}, {"moe-small", moe_small},
 };
 
 const mf_family mf_family_gpt2 = {

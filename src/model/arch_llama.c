@@ -53,7 +53,7 @@ static mf_status llama_parse(const mf_cfg *c, mf_model_config *m) {
 
 // model.embed_tokens, model.layers.L.{input_layernorm, self_attn.{q,k,v,o}_proj,
 // post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head.
-void mf_llama_weight_map(const mf_dec_spec *sp, mf_weights *w, mf_wplan *p) {
+void mf_llama_map(const mf_dec_spec *sp, mf_weights *w, mf_wplan *p, mf_moe_map moe) {
     const int64_t h = sp->hidden, q = (int64_t)sp->n_heads * sp->head_dim, kv = (int64_t)sp->n_kv_heads * sp->head_dim;
     const int64_t f = sp->ffn;
     char base[3][128];
@@ -72,7 +72,9 @@ void mf_llama_weight_map(const mf_dec_spec *sp, mf_weights *w, mf_wplan *p) {
         mf_wplan_linears(p, &L->o, NULL, 1, b, &h, q, sp->o_bias);
         mf_wplan_vec(p, &L->norm2_w, h, 1.0f, "model.layers.%d.post_attention_layernorm.weight", l);
         if (sp->layernorm) mf_wplan_vec(p, &L->norm2_b, h, 0.0f, "model.layers.%d.post_attention_layernorm.bias", l);
-        if (sp->gated_mlp) {
+        if (moe) {
+            moe(sp, L, p, l);
+        } else if (sp->gated_mlp) {
             snprintf(base[0], sizeof base[0], "model.layers.%d.mlp.gate_proj", l);
             snprintf(base[1], sizeof base[1], "model.layers.%d.mlp.up_proj", l);
             const int64_t fo[2] = {f, f};
@@ -81,14 +83,37 @@ void mf_llama_weight_map(const mf_dec_spec *sp, mf_weights *w, mf_wplan *p) {
             snprintf(base[0], sizeof base[0], "model.layers.%d.mlp.up_proj", l);
             mf_wplan_linears(p, L->up, &L->n_up, 1, b, &f, h, sp->mlp_bias);
         }
-        snprintf(base[0], sizeof base[0], "model.layers.%d.mlp.down_proj", l);
-        mf_wplan_linears(p, &L->down, NULL, 1, b, &h, f, sp->mlp_bias);
+        if (!moe) {
+            snprintf(base[0], sizeof base[0], "model.layers.%d.mlp.down_proj", l);
+            mf_wplan_linears(p, &L->down, NULL, 1, b, &h, f, sp->mlp_bias);
+        }
     }
     if (sp->final_norm) {
         mf_wplan_vec(p, &w->final_w, h, 1.0f, "model.norm.weight");
         if (sp->layernorm) mf_wplan_vec(p, &w->final_b, h, 0.0f, "model.norm.bias");
     }
     if (!sp->tied) mf_wplan_mat(p, &w->lm_head.w, true, sp->vocab, h, "lm_head.weight");
+}
+
+void mf_llama_weight_map(const mf_dec_spec *sp, mf_weights *w, mf_wplan *p) { mf_llama_map(sp, w, p, NULL); }
+
+void mf_moe_map_experts(const mf_dec_spec *sp, mf_layer_weights *L, mf_wplan *p, int32_t l, const char *router,
+                        const char *experts, const char *const *names) {
+    const int64_t h = sp->hidden, f = sp->ffn;
+    char pre[3][128];
+    snprintf(pre[0], sizeof pre[0], "model.layers.%d.%s.weight", l, router);
+    const char *const r[1] = {pre[0]};
+    const int64_t e_rows = sp->n_experts;
+    mf_wplan_stack(p, &L->router, 0, 1, r, NULL, &e_rows, h);
+    snprintf(pre[0], sizeof pre[0], "model.layers.%d.%s.", l, experts);
+    const char *const pp[2] = {pre[0], pre[0]};
+    char suf[3][32];
+    for (int i = 0; i < 3; i++) snprintf(suf[i], sizeof suf[i], ".%s.weight", names[i]);
+    const char *const s1[2] = {suf[0], suf[1]};
+    const int64_t rows1[2] = {f, f};
+    mf_wplan_stack(p, &L->experts_w1, sp->n_experts, sp->gated_mlp ? 2 : 1, pp, s1, rows1, h);
+    const char *const s2[1] = {suf[2]};
+    mf_wplan_stack(p, &L->experts_w2, sp->n_experts, 1, pp, s2, &h, f);
 }
 
 // ---- synthetic presets: Llama-shaped (RMSNorm, RoPE, SwiGLU, GQA when

@@ -1,6 +1,8 @@
 // The Mixtral family (MixtralForCausalLM): Llama attention (with Mistral's
-// sliding window) and a top-k mixture-of-experts MLP. The config is read;
-// the decoder is not written yet (no weight map), so loading is refused.
+// sliding window) and a top-k mixture-of-experts MLP on every layer: the
+// router (block_sparse_moe.gate) softmax over all experts, top-k, the k
+// weights renormalised to sum 1 (HF MixtralSparseMoeBlock), SwiGLU experts
+// w1 (gate), w3 (up), w2 (down), no shared expert.
 #include "core/error.h"
 #include "model/arch.h"
 
@@ -19,6 +21,14 @@ static mf_status mixtral_parse(const mf_cfg *c, mf_model_config *m) {
     return MF_OK;
 }
 
+// Layer l's MLP: experts.E.w1 | w3 packed into (E, 2I, H), w2 into (E, H, I).
+static void mixtral_moe(const mf_dec_spec *sp, mf_layer_weights *L, mf_wplan *p, int32_t l) {
+    static const char *const names[3] = {"w1", "w3", "w2"};
+    mf_moe_map_experts(sp, L, p, l, "block_sparse_moe.gate", "block_sparse_moe.experts", names);
+}
+
+static void mixtral_map(const mf_dec_spec *sp, mf_weights *w, mf_wplan *p) { mf_llama_map(sp, w, p, mixtral_moe); }
+
 static const mf_arch_class classes[] = {{"MixtralForCausalLM", "mixtral", MF_ARCH_MIXTRAL}};
 
 const mf_family mf_family_mixtral = {
@@ -27,5 +37,5 @@ const mf_family mf_family_mixtral = {
     .classes = classes,
     .n_classes = 1,
     .parse_config = mixtral_parse,
-    .missing = "its mixture-of-experts MLP is not implemented",
+    .weight_map = mixtral_map,
 };

@@ -56,6 +56,7 @@ mf_status mf_fw_op(mf_session *s, mf_fw_kind op, const char *what, const void *a
         [MF_FW_GEMM] = "gemm",       [MF_FW_NORM] = "add_norm",     [MF_FW_EMBED] = "embed", [MF_FW_ADD] = "add",
         [MF_FW_SOFTMAX] = "softmax", [MF_FW_ACT] = "act",           [MF_FW_COPY] = "copy",
         [MF_FW_KV_WRITE] = "kv_write", [MF_FW_ATTENTION] = "attention", [MF_FW_ARGMAX] = "argmax",
+        [MF_FW_MOE] = "moe",
     };
     mf_prof_begin(s, names[op], what);
     mf_status st = MF_ERR_INVALID_ARG;
@@ -70,6 +71,11 @@ mf_status mf_fw_op(mf_session *s, mf_fw_kind op, const char *what, const void *a
     case MF_FW_KV_WRITE: st = mf_kv_write(s->be, args); break;
     case MF_FW_ATTENTION: st = mf_attention(s->be, args); break;
     case MF_FW_ARGMAX: st = mf_argmax(s->be, args); break;
+    case MF_FW_MOE: {
+        const mf_moe_block_args *a = args;
+        st = mf_moe_block(s->be, a->layer, a->routing, a->x, a->residual, a->out, a->workspace, a->workspace_bytes);
+        break;
+    }
     }
     mf_prof_end(s, names[op], what);
     return st;
@@ -149,10 +155,30 @@ static mf_act_kind act_kind(mf_dec_act a) {
     return MF_ACT_SILU;
 }
 
-// out (T, hidden) = the MLP of x: down(act(gate(x)) * up(x)) or proj(act(fc(x))).
+// Layer l's experts and the spec's routing as mf_moe_block takes them.
+void mf_forward_moe_layer(const mf_model *m, int32_t l, mf_moe_layer *ml, mf_moe_routing *r) {
+    const mf_dec_spec *sp = &m->spec;
+    const mf_layer_weights *L = &m->w.layers[l];
+    *ml = (mf_moe_layer){.router = L->router, .w1 = L->experts_w1, .w2 = L->experts_w2, .shared_w1 = L->shared_w1,
+                         .shared_w2 = L->shared_w2, .shared_gate = L->shared_gate};
+    *r = (mf_moe_routing){.top_k = sp->top_k, .renorm = sp->moe_renorm, .score = MF_MOE_SCORE_SOFTMAX,
+                          .order = MF_MOE_SCORE_THEN_TOPK, .routed_scale = 1.0f,
+                          .ffn = sp->gated_mlp ? MF_MOE_FFN_SWIGLU : MF_MOE_FFN_GELU};
+}
+
+// out (T, hidden) = the MLP of x: down(act(gate(x)) * up(x)) or proj(act(fc(x))),
+// or with experts the routed mixture (+ the shared expert).
 static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out, int64_t T) {
     const mf_dec_spec *sp = &s->m->spec;
     const mf_layer_weights *L = &s->m->w.layers[l];
+    if (sp->n_experts > 0) {
+        mf_moe_layer ml;
+        mf_moe_routing r;
+        mf_forward_moe_layer(s->m, l, &ml, &r);
+        const mf_moe_block_args a = {.layer = &ml, .routing = &r, .x = x, .out = out, .workspace = s->moe_ws,
+                                     .workspace_bytes = s->moe_ws_bytes};
+        return mf_fw_op(s, MF_FW_MOE, "experts", &a);
+    }
     const int64_t F = sp->ffn;
     const mf_tensor ff = rows_of(&s->ff, 0, T);
     if (sp->gated_mlp) {

@@ -201,6 +201,10 @@ mf_status mf_model_get_info(const mf_model *m, mf_model_info *out) {
     out->hf_class = m->hf_class;
     out->chat_template = m->chat_template;
     out->sliding_window = s->sliding_window;
+    out->n_experts = s->n_experts;
+    out->top_k = s->top_k;
+    out->shared_ffn = s->shared_ffn;
+    out->n_active_params = mf_dec_spec_active_params(s);
     return MF_OK;
 }
 

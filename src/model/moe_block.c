@@ -1,11 +1,9 @@
 // The MoE MLP of one decoder layer: the layer's tensors into mf_moe's args.
-// How it plugs into forward.c (not wired yet; forward.c is being split per
-// architecture): in mlp_block, for a layer whose spec says MoE,
-//     return mf_moe_block(s->be, &L->moe, &sp->moe_routing, x, NULL, out, s->moe_ws, s->moe_ws_bytes);
-// x is the normed hidden state and out the block output (`a`), which the
-// following add & norm adds to the residual stream, exactly as the dense
-// MLP's output. The session sizes s->moe_ws with mf_moe_block_workspace for
-// its largest batch bucket, from the activation arena.
+// forward.c's mlp_block calls it (through mf_fw_op, MF_FW_MOE) when the spec
+// has experts: x is the normed hidden state and out the block output (`a`),
+// which the following add & norm adds to the residual stream, exactly as the
+// dense MLP's output. The session sizes s->moe_ws with mf_moe_block_workspace
+// for its step's T rows, once at create.
 #include "model/moe_block.h"
 
 static void fill_args(const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x, const mf_tensor *residual,

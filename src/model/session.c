@@ -1,6 +1,7 @@
 // Sessions: slots with a KV cache, scratch carved once, and mf_session_forward
 // (argument checks, splitting into steps, the LM head for the rows asked for).
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,13 +80,14 @@ static mf_status carve(mf_session *s, const mf_model *m, const mf_session_dims *
     const mf_dec_spec *sp = &m->spec;
     const mf_dtype dt = m->dtype;
     const int64_t T = d->T, R = d->n_rows, H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
-    const int64_t ff = sp->gated_mlp ? 2 * (int64_t)sp->ffn : sp->ffn;
+    // an MoE layer's inner activations are in its workspace (alloc_moe_workspace)
+    const int64_t ff = sp->n_experts > 0 ? 0 : sp->gated_mlp ? 2 * (int64_t)sp->ffn : sp->ffn;
     MF_TRY(take(c, &s->h, dt, T, sp->hidden));
     MF_TRY(take(c, &s->n, dt, T, sp->hidden));
     MF_TRY(take(c, &s->a, dt, T, sp->hidden));
     MF_TRY(take(c, &s->qkv, dt, T, (H + 2 * G) * D));
     MF_TRY(take(c, &s->ctx, dt, T, H * D));
-    MF_TRY(take(c, &s->ff, dt, T, ff));
+    if (ff > 0) MF_TRY(take(c, &s->ff, dt, T, ff));
     if (d->q_block > 0) { // classic attention's scratch
         const int64_t nsc = H * d->q_block * d->ld;
         if (G != H) MF_TRY(take(c, &s->q_hm, dt, H * d->q_block * D, 0));
@@ -124,12 +126,16 @@ static mf_status check_size(const char *fn, const mf_model *m, int32_t max_batch
 }
 
 static void graph_drop(mf_session *s, int i);
+static mf_status moe_ws_bytes(const mf_model *m, int64_t T, size_t *bytes);
 
 // Graphs need a backend that records them and an attention whose launches do
 // not depend on the sequence lengths: the flash path reads them from device
-// memory; the classic path sizes its GEMMs by them on the host.
+// memory; the classic path sizes its GEMMs by them on the host. A
+// mixture-of-experts MLP cannot be recorded either: the CUDA expert loop
+// reads the E + 1 expert offsets back to the host every layer (a sync) and
+// sizes each expert's GEMMs by them, which a replayed graph would freeze.
 static bool graphs_possible(const mf_session *s) {
-    return s->be->graph_begin != NULL && s->m->attn == MF_ATTN_FLASH;
+    return s->be->graph_begin != NULL && s->m->attn == MF_ATTN_FLASH && s->m->spec.n_experts == 0;
 }
 
 // Scratch bytes for a session of this size (arena capacity).
@@ -154,6 +160,9 @@ mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t m
     session_dims(m, max_batch, max_seq, &d);
     out->kv_bytes = mf_kv_cache_bytes(sp->n_layers, max_batch, max_seq, sp->n_kv_heads, sp->head_dim, m->dtype);
     out->scratch_bytes = scratch_bytes(m, max_batch, max_seq);
+    size_t moe = 0;
+    MF_TRY(moe_ws_bytes(m, d.T, &moe));
+    out->scratch_bytes += (int64_t)moe;
     out->step_tokens = d.T;
     return MF_OK;
 }
@@ -185,6 +194,33 @@ static mf_status alloc_attn_workspace(mf_session *s, const mf_session_dims *d) {
     mf_status st = mf_backend_alloc(s->be, most, &s->attn_ws);
     if (st != MF_OK) return st;
     s->attn_ws_bytes = most;
+    return MF_OK;
+}
+
+// Bytes of mf_moe's workspace for a step of T rows (the most any step uses:
+// a smaller one fits in it), for layer 0's shapes (every layer has the same);
+// 0 for a dense model. The size depends on shapes and dtypes only: x and out
+// are described at two placeholder addresses, never dereferenced.
+static mf_status moe_ws_bytes(const mf_model *m, int64_t T, size_t *bytes) {
+    *bytes = 0;
+    if (m->spec.n_experts == 0) return MF_OK;
+    mf_moe_layer ml;
+    mf_moe_routing r;
+    mf_forward_moe_layer(m, 0, &ml, &r);
+    const int64_t shape[2] = {T, m->spec.hidden};
+    const int64_t span = T * m->spec.hidden * (int64_t)mf_dtype_size(m->dtype) + 256;
+    mf_tensor x, out;
+    MF_TRY(mf_tensor_make(&x, (void *)(uintptr_t)256, m->dtype, ml.router.device, 2, shape));
+    MF_TRY(mf_tensor_make(&out, (void *)(uintptr_t)(256 + span), m->dtype, ml.router.device, 2, shape));
+    return mf_moe_block_workspace(m->be, &ml, &r, &x, &out, bytes);
+}
+
+static mf_status alloc_moe_workspace(mf_session *s, const mf_session_dims *d) {
+    size_t bytes = 0;
+    MF_TRY(moe_ws_bytes(s->m, d->T, &bytes));
+    if (bytes == 0) return MF_OK;
+    MF_TRY(mf_backend_alloc(s->be, bytes, &s->moe_ws));
+    s->moe_ws_bytes = bytes;
     return MF_OK;
 }
 
@@ -238,6 +274,7 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
         st = carve(s, m, &d, &c);
     }
     if (st == MF_OK && m->attn == MF_ATTN_FLASH) st = alloc_attn_workspace(s, &d);
+    if (st == MF_OK) st = alloc_moe_workspace(s, &d);
     if (st != MF_OK) {
         mf_session_free(s);
         return st;
@@ -252,6 +289,7 @@ void mf_session_free(mf_session *s) {
     mf_arena_free(s->arena);
     for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
     if (s->attn_ws) mf_backend_dealloc(s->be, s->attn_ws);
+    if (s->moe_ws) mf_backend_dealloc(s->be, s->moe_ws);
     free(s->len);
     free(s->seen);
     free(s->h_step);
@@ -286,7 +324,7 @@ int64_t mf_session_seq_len(const mf_session *s, int32_t seq) {
 
 int64_t mf_session_bytes(const mf_session *s) {
     if (!s) return 0;
-    return s->kv.bytes + (int64_t)mf_arena_peak(s->arena);
+    return s->kv.bytes + (int64_t)mf_arena_peak(s->arena) + (int64_t)s->moe_ws_bytes;
 }
 
 mf_model *mf_session_model(const mf_session *s) { return s ? s->m : NULL; }

@@ -14,6 +14,7 @@
 
 #include "minfer/ops.h"
 #include "model/kv_cache.h"
+#include "model/moe_block.h"
 #include "model/model_internal.h"
 
 #ifdef __cplusplus
@@ -66,6 +67,8 @@ struct mf_session {
     mf_tensor ctx_hm;        // (H * q_block * D) act: P.V, head-major (GQA)
     void *attn_ws;           // flash: split-KV workspace (NULL: none needed)
     size_t attn_ws_bytes;
+    void *moe_ws;            // mixture of experts: mf_moe's workspace for T rows (NULL: dense model)
+    size_t moe_ws_bytes;
     // The step's i32 index arrays: one device buffer, one upload per step,
     // mirrored by s->h_step on the host. R = min(max_batch, T) segments at most.
     mf_tensor step_i32;      // (3 T + 3 R + 1) i32: ids | pos | tok_slot | seg_cu | seg_slot | seg_klen
@@ -126,6 +129,7 @@ static inline void mf_prof_end(struct mf_session *s, const char *op, const char 
 typedef enum {
     MF_FW_GEMM, MF_FW_NORM, MF_FW_EMBED, MF_FW_ADD, MF_FW_SOFTMAX, MF_FW_ACT, MF_FW_COPY,
     MF_FW_KV_WRITE, MF_FW_ATTENTION, MF_FW_ARGMAX,
+    MF_FW_MOE, // args: mf_moe_block_args
 } mf_fw_kind;
 // args: the op's args struct (mf_gemm_args for MF_FW_GEMM, ...); `what` names its role.
 mf_status mf_fw_op(struct mf_session *s, mf_fw_kind op, const char *what, const void *args);
@@ -146,6 +150,9 @@ mf_status mf_forward_lm_head_argmax(struct mf_session *s, int64_t k);
 void mf_session_mark_queued(struct mf_session *s);
 // Rows `rows` (k <= rows.shape[0], device ids already uploaded) of x gathered into s->gathered.
 mf_status mf_forward_gather(struct mf_session *s, const mf_tensor *x, int64_t k, mf_tensor *out);
+
+// Layer l's experts and routing (forward.c) as mf_moe_block takes them.
+void mf_forward_moe_layer(const mf_model *m, int32_t l, mf_moe_layer *ml, mf_moe_routing *r);
 
 // attention_classic.c: per segment, QK^T (batched GEMM) -> mf_softmax (scale, causal) -> P.V.
 mf_status mf_attention_classic(struct mf_session *s, int32_t layer, int32_t n_segs, int64_t T);

@@ -24,23 +24,55 @@ mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who) {
         return mf_fail(MF_ERR_FORMAT, "%s: a pre-norm decoder needs a final norm", who);
     if (s->post_norm && s->gated_mlp)
         return mf_fail(MF_ERR_UNSUPPORTED, "%s: post-norm with a gated MLP is not a layout minfer knows", who);
+    if (s->n_experts < 0 || s->n_experts > 256)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: %d experts (minfer runs 1..256)", who, s->n_experts);
+    if (s->n_experts > 0) {
+        if (s->top_k < 1 || s->top_k > 8 || s->top_k > s->n_experts)
+            return mf_fail(MF_ERR_UNSUPPORTED, "%s: top-%d of %d experts (minfer runs 1..min(experts, 8))", who,
+                           s->top_k, s->n_experts);
+        if (s->mlp_bias)
+            return mf_fail(MF_ERR_UNSUPPORTED, "%s: experts with MLP biases are not implemented", who);
+        if (s->gated_mlp ? s->act != MF_DEC_ACT_SILU : s->act != MF_DEC_ACT_GELU_TANH)
+            return mf_fail(MF_ERR_UNSUPPORTED,
+                           "%s: experts run SwiGLU (gated, silu) or an ungated tanh GELU; this spec has a %s %s MLP",
+                           who, s->gated_mlp ? "gated" : "ungated",
+                           s->act == MF_DEC_ACT_SILU ? "silu" : s->act == MF_DEC_ACT_GELU_TANH ? "gelu_tanh" : "gelu");
+        if (s->shared_ffn < 0)
+            return mf_fail(MF_ERR_FORMAT, "%s: shared expert width %d must be >= 0", who, s->shared_ffn);
+    }
     return MF_OK;
 }
 
-int64_t mf_dec_spec_params(const mf_dec_spec *s) {
+// One MLP of width f as the spec builds it (weights, + biases when mlp_bias).
+static int64_t mlp_params(const mf_dec_spec *s, int64_t f) {
+    const int64_t h = s->hidden;
+    int64_t n = (s->gated_mlp ? 3 : 2) * h * f;
+    if (s->mlp_bias) n += (s->gated_mlp ? 2 * f : f) + h;
+    return n;
+}
+
+// experts: the routed experts counted (n_experts for the total, top_k for a token's).
+static int64_t params(const mf_dec_spec *s, int64_t experts) {
     const int64_t h = s->hidden, q = (int64_t)s->n_heads * s->head_dim, kv = (int64_t)s->n_kv_heads * s->head_dim;
-    const int64_t f = s->ffn, nb = s->layernorm ? 2 : 1; // norm: weight (+ bias)
+    const int64_t nb = s->layernorm ? 2 : 1; // norm: weight (+ bias)
     int64_t layer = h * (q + 2 * kv) + q * h + nb * h * 2;
     if (s->qkv_bias) layer += q + 2 * kv;
     if (s->o_bias) layer += h;
-    layer += (s->gated_mlp ? 3 : 2) * h * f;
-    if (s->mlp_bias) layer += (s->gated_mlp ? 2 * f : f) + h;
+    if (s->n_experts > 0) { // router + experts + shared expert (+ its gate)
+        layer += (int64_t)s->n_experts * h + experts * mlp_params(s, s->ffn);
+        if (s->shared_ffn > 0) layer += mlp_params(s, s->shared_ffn) + (s->shared_gated ? h : 0);
+    } else {
+        layer += mlp_params(s, s->ffn);
+    }
     int64_t n = (int64_t)s->vocab * h + layer * s->n_layers;
     if (s->learned_pos) n += s->max_pos * h;
     if (s->final_norm) n += nb * h;
     if (!s->tied) n += (int64_t)s->vocab * h;
     return n;
 }
+
+int64_t mf_dec_spec_params(const mf_dec_spec *s) { return params(s, s->n_experts); }
+int64_t mf_dec_spec_active_params(const mf_dec_spec *s) { return params(s, s->n_experts > 0 ? s->top_k : 0); }
 
 // HF's _compute_default_rope_parameters (+ linear / llama3 scaling), in f32
 // as torch computes it, so that the angles match the reference bit for bit

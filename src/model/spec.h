@@ -37,7 +37,7 @@ typedef struct {
     int32_t n_heads;          // query heads
     int32_t n_kv_heads;       // key/value heads; n_heads % n_kv_heads == 0 (GQA)
     int32_t head_dim;         // D; q width n_heads * D need not equal hidden
-    int32_t ffn;              // MLP inner width
+    int32_t ffn;              // MLP inner width (an MoE layer: each expert's)
     int32_t vocab;
     int64_t max_pos;          // learned positions: rows of wpe (a hard limit); RoPE: trained context
 
@@ -50,6 +50,16 @@ typedef struct {
     mf_dec_act act;
     bool qkv_bias, o_bias, mlp_bias;
     bool tied;                // LM head = token embedding, transposed
+
+    // Mixture of experts: n_experts > 0 makes every layer's MLP a routed one
+    // (mf_moe): the router's softmax over all experts, the top_k largest,
+    // optionally renormalised to sum 1; each expert the MLP that gated_mlp /
+    // act describe (SwiGLU, or GELU-tanh ungated) of width ffn, no biases.
+    int32_t n_experts;        // E (0: dense MLP)
+    int32_t top_k;            // experts per token, 1..min(E, 8)
+    bool moe_renorm;          // divide the k weights by their sum (Mixtral; Qwen2-MoE norm_topk_prob)
+    int32_t shared_ffn;       // width of a shared expert every token goes through; 0: none
+    bool shared_gated;        // the shared expert's output times sigmoid(x . w_gate)
 
     double rope_theta;        // RoPE base
     mf_dec_rope_scaling rope_scaling;
@@ -65,8 +75,11 @@ typedef struct {
 // Checks a spec's sizes and flags (the synthetic presets and config.json both
 // go through it); `who` names the source in messages.
 mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who);
-// Parameters the spec implies (tied embeddings once).
+// Parameters the spec implies (tied embeddings once); with experts, all of them.
 int64_t mf_dec_spec_params(const mf_dec_spec *s);
+// Parameters one token runs through: as mf_dec_spec_params, but top_k of the
+// n_experts experts (the router and the shared expert count in full).
+int64_t mf_dec_spec_active_params(const mf_dec_spec *s);
 // RoPE inverse frequencies (head_dim / 2 of them) as HF computes them in f32,
 // with linear or llama3 scaling applied.
 void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out);

@@ -29,7 +29,20 @@ static int64_t slot_rows(const wslot *s) {
     return r;
 }
 
-static int64_t slot_numel(const wslot *s) { return slot_rows(s) * (s->cols ? s->cols : 1); }
+// Groups of sources (experts): 1 unless the slot repeats them.
+static int32_t slot_reps(const wslot *s) { return s->n_rep > 0 ? s->n_rep : 1; }
+
+static int64_t slot_numel(const wslot *s) { return slot_reps(s) * slot_rows(s) * (s->cols ? s->cols : 1); }
+
+// A slot used in place from the mmap (when the load can): one unrepeated source.
+static bool slot_in_place(const wslot *s) { return s->n_rep == 0 && s->n_src == 1; }
+
+// The checkpoint name of source j of group e (buf: MF_W_NAME + 48 bytes).
+static const char *src_name(const wslot *s, int32_t e, int j, char *buf, size_t n) {
+    if (s->n_rep == 0) return s->name[j];
+    snprintf(buf, n, "%s%d%s", s->name[j], e, s->suffix[j]);
+    return buf;
+}
 
 // ---- values: checkpoint conversion and seeded random -------------------------------
 
@@ -167,6 +180,10 @@ static void set_view(const wslot *s, void *data, mf_dtype dt, mf_device dev) {
     const int64_t rows = slot_rows(s);
     if (!s->cols) {
         t->ndim = 1, t->shape[0] = rows, t->stride[0] = 1;
+    } else if (s->n_rep > 0) { // (n_rep, rows per group, cols), contiguous
+        const int64_t r = rows;
+        t->ndim = 3, t->shape[0] = s->n_rep, t->shape[1] = r, t->shape[2] = s->cols;
+        t->stride[0] = r * s->cols, t->stride[1] = s->cols, t->stride[2] = 1;
     } else if (s->transposed) { // (rows = out, cols = in) stored; seen as (in, out)
         t->ndim = 2, t->shape[0] = s->cols, t->shape[1] = rows, t->stride[0] = 1, t->stride[1] = s->cols;
     } else {
@@ -180,20 +197,24 @@ static const char *dtype_ok_names = "F32, F16 or BF16";
 
 // Every source exists with its shape and a float dtype.
 static mf_status check_sources(mf_st_file *st, wplan *p) {
+    char buf[MF_W_NAME + 48];
     for (int32_t i = 0; i < p->n; i++) {
         wslot *s = &p->v[i];
-        for (int j = 0; j < s->n_src; j++) {
-            const int64_t shape[2] = {s->rows[j], s->cols};
-            if (!mf_st_lookup(st, s->name[j])) // name the file, not only the directory
-                return mf_fail(MF_ERR_FORMAT, "missing tensor '%s' in %s%s", s->name[j],
-                               mf_st_shard_count(st) == 1 ? mf_st_shard_path(st, 0) : mf_st_path(st),
-                               mf_st_shard_count(st) == 1 ? "" : " (sharded checkpoint)");
-            MF_TRY(mf_st_expect(st, s->name[j], s->cols ? 2 : 1, shape, &s->src[j]));
-            const mf_st_tensor *t = s->src[j];
-            if (t->dtype != MF_DTYPE_F32 && t->dtype != MF_DTYPE_F16 && t->dtype != MF_DTYPE_BF16)
-                return mf_fail(MF_ERR_FORMAT, "tensor '%s' in %s has dtype %s (want %s)", t->name, t->file,
-                               mf_st_dtype_name(t->st_dtype), dtype_ok_names);
-        }
+        for (int32_t e = 0; e < slot_reps(s); e++)
+            for (int j = 0; j < s->n_src; j++) {
+                const int64_t shape[2] = {s->rows[j], s->cols};
+                const char *name = src_name(s, e, j, buf, sizeof buf);
+                if (!mf_st_lookup(st, name)) // name the file, not only the directory
+                    return mf_fail(MF_ERR_FORMAT, "missing tensor '%s' in %s%s", name,
+                                   mf_st_shard_count(st) == 1 ? mf_st_shard_path(st, 0) : mf_st_path(st),
+                                   mf_st_shard_count(st) == 1 ? "" : " (sharded checkpoint)");
+                const mf_st_tensor *t = NULL;
+                MF_TRY(mf_st_expect(st, name, s->cols ? 2 : 1, shape, &t));
+                if (e == 0) s->src[j] = t;
+                if (t->dtype != MF_DTYPE_F32 && t->dtype != MF_DTYPE_F16 && t->dtype != MF_DTYPE_BF16)
+                    return mf_fail(MF_ERR_FORMAT, "tensor '%s' in %s has dtype %s (want %s)", t->name, t->file,
+                                   mf_st_dtype_name(t->st_dtype), dtype_ok_names);
+            }
     }
     return MF_OK;
 }
@@ -204,6 +225,7 @@ static int64_t align_up(int64_t x) { return (x + MF_W_ALIGN - 1) / MF_W_ALIGN * 
 // for the RoPE frequencies, fills it, sets every view.
 static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan *p, bool in_place,
                                 const source *rnd) {
+    char buf[MF_W_NAME + 48];
     const mf_dec_spec *sp = t->spec;
     const mf_dtype dt = t->dtype;
     const bool verbose = t->verbose;
@@ -212,7 +234,7 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
     int64_t off = 0, total = 0, in_place_bytes = 0;
     for (int32_t i = 0; i < p->n; i++) {
         wslot *s = &p->v[i];
-        if (in_place) {
+        if (in_place && slot_in_place(s)) {
             in_place_bytes += s->src[0]->nbytes;
             continue;
         }
@@ -242,19 +264,20 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
             continue;
         }
         int64_t o = sl->offset;
-        for (int j = 0; j < sl->n_src && s == MF_OK; j++) {
-            const int64_t n = sl->rows[j] * (sl->cols ? sl->cols : 1);
-            source src = {0};
-            if (rnd) {
-                src = *rnd;
-                src.stream = (uint64_t)i * 4 + (uint64_t)j;
-                src.mean = sl->mean, src.std = sl->std;
-            } else {
-                src.t = sl->src[j];
+        for (int32_t e = 0; e < slot_reps(sl) && s == MF_OK; e++)
+            for (int j = 0; j < sl->n_src && s == MF_OK; j++) {
+                const int64_t n = sl->rows[j] * (sl->cols ? sl->cols : 1);
+                source src = {0};
+                if (rnd) { // group e > 0 (experts): streams above the slots' (group 0 keeps the old ones)
+                    src = *rnd;
+                    src.stream = (uint64_t)i * 4 + (uint64_t)j + ((uint64_t)e << 32);
+                    src.mean = sl->mean, src.std = sl->std;
+                } else {
+                    src.t = e == 0 ? sl->src[j] : mf_st_lookup(w->st, src_name(sl, e, j, buf, sizeof buf));
+                }
+                s = fill(&f, o, &src, n);
+                o += n * es;
             }
-            s = fill(&f, o, &src, n);
-            o += n * es;
-        }
         set_view(sl, (char *)w->block + sl->offset, dt, dev);
     }
     if (s == MF_OK && rope) {
@@ -318,15 +341,18 @@ mf_status mf_weights_load(mf_weights *w, const mf_weights_target *t, mf_st_file 
     if (s == MF_OK) s = check_sources(st, &p);
     bool in_place = s == MF_OK && mf_backend_device(t->be) == MF_DEVICE_CPU && t->dtype == MF_DTYPE_F32;
     for (int32_t i = 0; i < p.n && in_place; i++)
-        if (p.v[i].src[0]->dtype != MF_DTYPE_F32 || !p.v[i].src[0]->aligned) in_place = false;
+        if (slot_in_place(&p.v[i]) && (p.v[i].src[0]->dtype != MF_DTYPE_F32 || !p.v[i].src[0]->aligned))
+            in_place = false;
     if (s == MF_OK && !in_place) { // copying anyway: stack q|k|v and gate|up
         reset_views(w, sp->n_layers);
         s = plan(t, w, true, st, &p);
         if (s == MF_OK) s = check_sources(st, &p);
     }
     if (s == MF_OK) s = place_and_fill(w, t, &p, in_place, NULL);
+    bool any_in_place = false;
+    for (int32_t i = 0; i < p.n && in_place; i++) any_in_place = any_in_place || slot_in_place(&p.v[i]);
     free(p.v);
-    if (s == MF_OK && !in_place) { // nothing points into the mmap any more
+    if (s == MF_OK && !any_in_place) { // nothing points into the mmap any more
         mf_st_close(w->st);
         w->st = NULL;
     }

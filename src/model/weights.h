@@ -43,6 +43,15 @@ typedef struct {
     mf_linear up[2];            // gated: gate|up (hidden, 2*ffn) or gate, up (hidden, ffn); dense: fc (hidden, ffn)
     int32_t n_up;               // 1 or 2
     mf_linear down;             // (ffn, hidden): down_proj / mlp.c_proj
+    // Mixture of experts (spec n_experts > 0; up and down are then unused).
+    // Torch Linear layouts (out, in), as mf_moe takes them; always copied
+    // (the experts are packed at load: one tensor for all E).
+    mf_tensor router;           // (E, hidden): router logits = x . router^T
+    mf_tensor experts_w1;       // (E, 2 ffn, hidden) gated: per expert gate rows | up rows; (E, ffn, hidden) GELU
+    mf_tensor experts_w2;       // (E, hidden, ffn): per expert down
+    mf_tensor shared_w1;        // (2 shared_ffn, hidden) gate | up; data NULL: no shared expert
+    mf_tensor shared_w2;        // (hidden, shared_ffn)
+    mf_tensor shared_gate;      // (1, hidden); data NULL: ungated shared expert
 } mf_layer_weights;
 
 typedef struct {
@@ -81,6 +90,13 @@ void mf_wplan_mat(mf_wplan *p, mf_tensor *dst, bool transposed, int64_t rows, in
 // else lin[0..n) (*n_out = n); n_out may be NULL when n == 1.
 void mf_wplan_linears(mf_wplan *p, mf_linear *lin, int32_t *n_out, int n, const char *const *base,
                       const int64_t *out, int64_t in, bool bias);
+// n_src (1..3) torch-layout matrices stacked along dim 0 into one (sum rows,
+// cols) view, never transposed, always copied (the shared expert's gate|up).
+// With n_rep > 0 (experts), n_rep groups of those: source j of group e is
+// named prefix[j] + e + suffix[j] (".experts.3.w1.weight"), and the view is
+// (n_rep, sum rows, cols).
+void mf_wplan_stack(mf_wplan *p, mf_tensor *dst, int32_t n_rep, int n_src, const char *const *prefix,
+                    const char *const *suffix, const int64_t *rows, int64_t cols);
 // GPT-2's Conv1D NAME.weight stored (in, out) + NAME.bias (out).
 void mf_wplan_conv1d(mf_wplan *p, mf_linear *lin, int64_t in, int64_t out, const char *fmt, ...) MF_PRINTF(5, 6);
 

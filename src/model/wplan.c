@@ -111,6 +111,25 @@ void mf_wplan_linears(mf_wplan *p, mf_linear *lin, int32_t *n_out, int n, const 
     if (n_out) *n_out = n;
 }
 
+void mf_wplan_stack(mf_wplan *p, mf_tensor *dst, int32_t n_rep, int n_src, const char *const *prefix,
+                    const char *const *suffix, const int64_t *rows, int64_t cols) {
+    if (n_src < 1 || n_src > 3 || n_rep < 0) { // a family's bug: fail the plan
+        p->oom = true;
+        return;
+    }
+    wslot *s = plan_add(p, dst);
+    if (!s) return;
+    s->n_src = n_src;
+    s->n_rep = n_rep;
+    for (int i = 0; i < n_src; i++) {
+        set_name(s->name[i], "%s", prefix[i]);
+        if (n_rep > 0) snprintf(s->suffix[i], sizeof s->suffix[i], "%s", suffix[i]);
+        s->rows[i] = rows[i];
+    }
+    s->cols = cols;
+    s->transposed = false;
+}
+
 void mf_wplan_conv1d(mf_wplan *p, mf_linear *lin, int64_t in, int64_t out, const char *fmt, ...) {
     char base[MF_W_NAME];
     va_list ap;

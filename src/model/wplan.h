@@ -19,12 +19,15 @@ extern "C" {
 typedef struct {
     mf_tensor *dst;            // the view this slot sets
     int32_t n_src;             // 1..3 sources stacked along dim 0
-    char name[3][MF_W_NAME];   // their names in the checkpoint
+    char name[3][MF_W_NAME];   // their names in the checkpoint (n_rep > 0: prefixes)
+    int32_t n_rep;             // 0: one group of sources; > 0: n_rep groups (experts), source j of
+                               // group e named name[j] + e + suffix[j]; the view is 3-D
+    char suffix[3][32];        // n_rep > 0: the name after the group index
     int64_t rows[3];           // dim 0 of each source
     int64_t cols;              // dim 1 of every source; 0: the sources are vectors
     bool transposed;           // a torch Linear (out, in): the view is its transpose (in, out)
     float mean, std;           // synthetic values: mean + std * N(0, 1)
-    const mf_st_tensor *src[3];
+    const mf_st_tensor *src[3];// n_rep > 0: group 0's (the others are looked up when filled)
     int64_t offset;            // bytes into the block; -1: a view into the mmap
 } wslot;
 
