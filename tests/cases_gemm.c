@@ -189,6 +189,7 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
     const char *path = "cpu";
 #ifdef MF_HAVE_CUDA
     const bool cuda = mf_backend_device(ctx->be) == MF_DEVICE_CUDA;
+    th_upload_all(ctx); // the call below runs before TH_CALL (which would upload first)
     bool gemv_was = false;
     if (cuda && p->gemv != GEMV_NO) {
         gemv_was = mf_cuda_gemm_gemv_on(ctx->be);
