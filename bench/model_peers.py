@@ -24,7 +24,8 @@ it is there; a mismatch is reported):
   tiny, tiny-gpt2   2 layers, hidden 64 (smoke tests only)
 Each is built with AutoModelForCausalLM.from_config (random init, directly on
 the device in the chosen dtype), once per attention implementation:
-hf_eager (attn_implementation="eager") and hf_sdpa ("sdpa").
+hf_eager (attn_implementation="eager") and hf_sdpa ("sdpa"), and on request
+hf_static_compile (SDPA + static KV cache + torch.compile "reduce-overhead").
 
 Cases: --quick is small and medium at batch {1, 8} x seq {128, 2048} and
 llama-7b at batch 1 x seq 512; --full is every config at batch
@@ -106,7 +107,13 @@ FULL_BATCH = [1, 4, 8, 16, 32]
 FULL_SEQ = [128, 512, 2048, 8192]
 QUICK = [("small", [1, 8], [128, 2048]), ("medium", [1, 8], [128, 2048]), ("llama-7b", [1], [512])]
 TINY_CASES = ([1, 4], [32, 128])  # the smoke test's (batches, seqs)
-IMPLS = {"hf_eager": "eager", "hf_sdpa": "sdpa"}
+IMPLS = {"hf_eager": "eager", "hf_sdpa": "sdpa", "hf_static_compile": "sdpa"}
+# hf_static_compile: the strongest PyTorch decode set-up HF documents: SDPA, a
+# static KV cache (generation_config.cache_implementation = "static") and the
+# forward compiled with torch.compile(mode="reduce-overhead") (CUDA Graphs).
+# Each new shape compiles first: the untimed warm-up runs absorb that.
+COMPILED = {"hf_static_compile"}
+DEFAULT_IMPLS = "hf_eager,hf_sdpa"  # hf_static_compile on request: its compiles take minutes per shape
 COLUMNS = ["device", "commit", "date", "impl", "config", "batch", "seq", "dtype", "prefill_ms_p50", "prefill_ms_p5",
            "prefill_ms_p95", "prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_mem_gb", "status",
            "decode_ms_step", "gen", "est_mem_gb", "note"]
@@ -541,7 +548,7 @@ def main():
     ap.add_argument("--configs", help=f"comma-separated, of: {', '.join(CONFIGS)}")
     ap.add_argument("--batch", help="comma-separated batch sizes (override)")
     ap.add_argument("--seq", help="comma-separated prompt lengths (override)")
-    ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated, of: " + ", ".join(IMPLS))
+    ap.add_argument("--impls", default=DEFAULT_IMPLS, help="comma-separated, of: " + ", ".join(IMPLS))
     ap.add_argument("--dtype", default="bf16", choices=list(DTYPE_BYTES))
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke tests only")
     ap.add_argument("--gen", type=int, help="new tokens per generate() for the decode rate (>= 2; default 32, CPU 8)")
@@ -623,6 +630,9 @@ def main():
                         t = time.perf_counter()
                         with dev:
                             model = build_hf(torch, c, IMPLS[impl], dtype)
+                            if impl in COMPILED:
+                                model.generation_config.cache_implementation = "static"
+                                model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
                         print(f"model_peers: built {name} ({param_count(c) / 1e6:.1f}M params, {impl}) in "
                               f"{time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
                     res = run_hf_case(torch, model, c, B, S, a, dev, timer)
