@@ -286,6 +286,10 @@ if want peers; then
     run "model_peers --minfer" 330 - "${py[@]}" "$root/bench/model_peers.py" --minfer "$build" \
       --out "$work/raw/model_peers.csv"
     add "$work/raw/model_peers.csv" "$res/model_peers.csv"
+    # the strongest HF decode set-up (static cache + torch.compile), batch 1: issue 9's peer
+    run "model_peers hf_static_compile" 150 - "${py[@]}" "$root/bench/model_peers.py" --impls hf_static_compile \
+      --configs small,llama-7b --batch 1 --seq 128 --out "$work/raw/model_peers_compile.csv"
+    add "$work/raw/model_peers_compile.csv" "$res/model_peers.csv"
   else skip model_peers "bench/model_peers.py not in this tree"; fi
 fi
 
