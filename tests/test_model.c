@@ -39,6 +39,9 @@
 #include "minfer/minfer.h"
 #include "minfer/model.h"
 #include "model/session.h"
+#ifdef MF_HAVE_CUDA
+#include <cuda_runtime_api.h> // cudaMemGetInfo: device memory steadiness (test_cuda_memory)
+#endif
 
 #define TRY(expr)                          \
     do {                                   \
@@ -1507,6 +1510,52 @@ static void test_greedy_cuda(const char *fx, const char *attn) {
     fixture_close(&f);
 }
 
+// Device memory stays flat over 1,000 mf_generate calls on one session
+// (graphs recorded once and replayed, nothing allocated per call): free
+// device memory after the calls equals what it was after the first one
+// (1 MiB slack for the driver's own bookkeeping).
+static void test_cuda_memory(const char *fx) {
+    char name[128];
+    snprintf(name, sizeof name, "cuda memory(%s): 1000 generate calls", fx);
+#ifdef MF_HAVE_CUDA
+    if (!mf_cuda_available()) {
+        skip(name, "no CUDA device");
+        return;
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", fixdir, fx);
+    mf_backend *be = NULL;
+    mf_model *m = NULL;
+    mf_session *s = NULL;
+    if (!check_ok(name, mf_backend_init("cuda", &be))) return;
+    mf_model_opts o = {.dtype = MF_DTYPE_BF16};
+    bool ok = check_ok(name, mf_model_load(dir, be, &o, &m)) && check_ok(name, mf_session_create(m, 2, 64, &s));
+    const char *texts[2] = {"The fox", "runs into the woods"};
+    mf_prompts pr = {.n = 2, .texts = texts};
+    mf_generate_params p = mf_generate_params_default();
+    p.max_new_tokens = 8;
+    p.sampler.temperature = 0.0f;
+    size_t free0 = 0, free1 = 0, total = 0;
+    for (int i = 0; ok && i < 1000; i++) {
+        mf_generate_result r;
+        ok = check_ok(name, mf_generate(s, &pr, &p, &r));
+        mf_generate_result_free(&r);
+        if (ok && i == 0) ok = cudaMemGetInfo(&free0, &total) == cudaSuccess;
+    }
+    if (ok) ok = cudaMemGetInfo(&free1, &total) == cudaSuccess;
+    if (ok) {
+        const double drop = ((double)free0 - (double)free1) / 1048576.0;
+        report(drop <= 1.0, name, "free device memory after call 1: %.1f MiB, after call 1000: %.1f MiB (drop %.2f MiB, want <= 1)",
+               (double)free0 / 1048576.0, (double)free1 / 1048576.0, drop);
+    }
+    mf_session_free(s);
+    mf_model_free(m);
+    mf_backend_free(be);
+#else
+    skip(name, "no CUDA device");
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_model FIXTURES_DIR (tests/fixtures/models)\n");
@@ -1557,6 +1606,7 @@ int main(int argc, char **argv) {
         test_greedy_cuda("gpt2-tiny", attns[a]);
         test_greedy_cuda("llama-tiny", attns[a]);
     }
+    test_cuda_memory("llama-tiny");
 
     mf_backend_free(cpu);
     rmdir(tmpdir);
