@@ -11,14 +11,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 #include "bench_util.h"
 #include "core/error.h"
-#ifdef MF_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 typedef struct {
     const char *backend;
@@ -354,13 +350,7 @@ int mf_bench_attention_main(int argc, char **argv) {
     const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
     if (o.warmup < 0) o.warmup = cuda ? 10 : 1;
     if (o.iters < 1) o.iters = cuda ? 50 : 3;
-    if (o.max_mb < 0) {
-        o.max_mb = 512;
-#ifdef MF_HAVE_CUDA
-        size_t free_b = 0, total_b = 0;
-        if (cuda && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) o.max_mb = 0.85 * (double)free_b / 1e6 - 600;
-#endif
-    }
+    if (o.max_mb < 0) o.max_mb = mf_bench_default_max_mb(be, 512, 600);
     const size_t flush = cuda ? ((size_t)256 << 20) : ((size_t)16 << 20);
     mf_bench_timer *timer = NULL;
     mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
@@ -370,13 +360,8 @@ int mf_bench_attention_main(int argc, char **argv) {
         mf_backend_free(be);
         return 1;
     }
-    mf_bench_table_hide_in_table(tab, "device");
-    mf_bench_table_hide_in_table(tab, "copy_GB/s");
-    mf_bench_table_hide_in_table(tab, "date");
     char device[160], date[32];
-    mf_bench_device_name(timer, device, sizeof device);
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    mf_bench_stamp(timer, tab, device, sizeof device, date);
     double copy = 0;
     mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)64 << 20), cuda ? 20 : 3, &copy);
     enum { CAP = 320 };

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 #include "bench_util.h"
@@ -245,13 +244,8 @@ int mf_bench_gemv_main(int argc, char **argv) {
         mf_backend_free(be);
         return 1;
     }
-    mf_bench_table_hide_in_table(tab, "device");
-    mf_bench_table_hide_in_table(tab, "copy_GB/s");
-    mf_bench_table_hide_in_table(tab, "date");
     char device[160], date[32];
-    mf_bench_device_name(timer, device, sizeof device);
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    mf_bench_stamp(timer, tab, device, sizeof device, date);
     double copy = 0;
     mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)64 << 20), cuda ? 20 : 3, &copy);
     const gv_shape *shapes = cuda ? kGpuShapes : kCpuShapes;

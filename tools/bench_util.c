@@ -282,6 +282,26 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+void mf_bench_stamp(const mf_bench_timer *t, mf_bench_table *tab, char *device, size_t cap, char date[32]) {
+    mf_bench_table_hide_in_table(tab, "device");
+    mf_bench_table_hide_in_table(tab, "copy_GB/s");
+    mf_bench_table_hide_in_table(tab, "date");
+    mf_bench_device_name(t, device, cap);
+    time_t now = time(NULL);
+    strftime(date, 32, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+}
+
+double mf_bench_default_max_mb(const mf_backend *be, double cpu_mb, double reserve_mb) {
+#ifdef MF_HAVE_CUDA
+    size_t free_b = 0, total_b = 0;
+    if (mf_backend_device(be) == MF_DEVICE_CUDA && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        return 0.85 * (double)free_b / 1e6 - reserve_mb;
+#else
+    (void)be, (void)reserve_mb;
+#endif
+    return cpu_mb;
+}
+
 int mf_bench_table_write_files(const mf_bench_table *t, const char *csv, const char *json, const char *who) {
     const char *files[2] = {csv, json};
     int rc = 0;

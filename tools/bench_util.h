@@ -78,4 +78,12 @@ void mf_bench_table_hide_in_table(mf_bench_table *t, const char *name);
 // 50 MB L2" or "cpu: 2 threads").
 void mf_bench_device_name(const mf_bench_timer *t, char *buf, size_t cap);
 
+// Every op bench's provenance: the device line (as above) and the UTC date
+// ("2026-11-23T08:00:00Z"), and hides the device, copy_GB/s and date columns
+// from the aligned table (CSV and JSON keep them).
+void mf_bench_stamp(const mf_bench_timer *t, mf_bench_table *tab, char *device, size_t cap, char date[32]);
+// The default --max-mb of an op bench: 85% of the device's free memory less
+// reserve_mb on CUDA, cpu_mb on the CPU.
+double mf_bench_default_max_mb(const mf_backend *be, double cpu_mb, double reserve_mb);
+
 #endif // MF_TOOLS_BENCH_UTIL_H
