@@ -580,6 +580,31 @@ void th_cases_softmax(th_list *l) {
         p.mask = M_KL | M_BIAS, p.bt = MF_DTYPE_BF16, p.bias = BB_BQK, p.xoff = 1;
         add_case(l, &p);
     }
+    // 8. Row lengths at the CUDA plan's edges: 32 and 1024 chunks (one block
+    //    of up to 512 threads holds 2 chunks per thread), just past them, and
+    //    rows spread over clusters of 2 ... 16 blocks (sm_90) with enough rows
+    //    (rows x blocks per row >= 132 SMs) that the plan keeps the cluster
+    //    rather than splitting; a 16-block row offset by one element needs 17
+    //    and streams instead. Bias along keys, causal, key_lens and f32 mixed in.
+    {
+        static const struct { int64_t rows, cols; mf_dtype t; int mask; int xoff; } e[] = {
+            {37, 256, MF_DTYPE_BF16, M_CAUSAL, 0},           {37, 257, MF_DTYPE_F16, M_KL, 1},
+            {9, 8192, MF_DTYPE_BF16, 0, 0},                  {9, 8185, MF_DTYPE_F32, M_CAUSAL, 1},
+            {70, 8193, MF_DTYPE_BF16, M_CAUSAL, 0},          {70, 20000, MF_DTYPE_F16, M_KL | M_BIAS, 1},
+            {30, 70000, MF_DTYPE_BF16, M_BIAS, 0},           {30, 70000, MF_DTYPE_F32, M_CAUSAL | M_KL, 0},
+            {9, 131072, MF_DTYPE_BF16, M_CAUSAL, 0},         {9, 131072, MF_DTYPE_BF16, 0, 1},
+        };
+        for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+            sm_p p = (e[i].mask & M_KL) ? four_case(e[i].t, 10, 1, e[i].rows / 10, e[i].cols) // key_lens vary
+                                        : base_case(e[i].t, e[i].rows, e[i].cols);
+            p.mask = e[i].mask;
+            p.bt = MF_DTYPE_BF16;
+            p.bias = BB_FULL;
+            p.scale = 0.125f;
+            p.xoff = p.yoff = e[i].xoff;
+            add_case(l, &p);
+        }
+    }
     sm_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "softmax(validation)");
     th_add(l, run_int64, &none, sizeof none, "softmax(int64,dtype=bf16,shape=2049x1x1024x1024,mask=causal+key_lens,scale=0.125)");

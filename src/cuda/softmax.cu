@@ -19,38 +19,46 @@
 //
 // Variants, picked by plan() from the row length; plan() also answers
 // "supported?" (every variant takes any row count; columns < 2^31):
-//   warp     <= 128 chunks (~1024 cols): G = 1..32 lanes per row (32/G rows
-//            per warp), kC = 1, 2 or 4 chunks per lane held in registers.
-//   smem     <= kSmemMaxChunks (~32K cols): one block per row; each thread
-//            parks its chunks' logits in shared memory between the passes
-//            (the row is read from device memory once).
-//   online   longer rows: pass 1 keeps a running (max, sum) per thread,
-//            combined over the block; pass 2 re-reads the row (from L2 while
-//            the rows in flight fit there) and writes y.
+//   rows     <= kRowsMaxChunks (~8K cols): the row in registers, 2 chunks per
+//            thread over G = 1..512 threads (G <= 32: several rows per
+//            128-thread block). One load, one exp and one store per element.
+//   cluster  (sm_90) rows up to 16 blocks long (~128K cols): the rows kernel
+//            with the row spread over a cluster of blocks that exchange their
+//            (max, sum) partials through distributed shared memory.
+//   online   longer rows (or long rows without clusters): pass 1 keeps a
+//            running (max, sum) per thread, combined over the block; pass 2
+//            re-reads the row (from L2 while the rows in flight fit there)
+//            and writes y.
 //   split    long rows but too few of them to fill the chip: each row is cut
 //            into splits, a stats launch writes (max, sum) per split into the
 //            backend's workspace, a normalise launch combines and writes.
 //   generic  layouts that cannot be vectorised: scalar, online, any length.
-// Every kernel loops grid-stride over its rows (or row splits), its grid sized
-// to the blocks the chip holds at once.
+// The rows and cluster grids cover every row (the scheduler overlaps blocks'
+// phases); the others loop grid-stride over rows (or row splits), their grid
+// sized to the blocks the chip holds at once.
 //
 // In place (y == x): every element is read by the thread that writes it, and
 // before it writes it; no thread reads an element another one writes.
 #include <algorithm>
 #include <climits>
 
+#include <cooperative_groups.h>
+
 #include "core/alloc.h"
 #include "cuda/common.cuh"
 #include "ops/softmax_geom.h"
 
+namespace cg = cooperative_groups;
+
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kWarpThreads = 128;           // warp kernel: 4 warps per block
-constexpr int kWarpMaxChunks = 32 * 4;      // kC = 4: rows up to ~1024 columns
-constexpr int kSmemUnroll = 2;              // smem/online kernels: chunks in flight per thread (~30 registers each)
-constexpr int kSmemMinThreads = 64, kSmemMaxThreads = 512;
-constexpr int kSmemMaxChunks = 4096;        // 128 KB of f32 logits: rows up to ~32K columns
+constexpr int kRowsBlock = 128;             // rows kernel, G <= 32: threads per block (128 / G rows)
+constexpr int kRowsMaxThreads = 512;        // rows kernel: threads per row and block at most
+constexpr int kRowsChunks = 2;              // rows kernel: chunks per thread (two 16-byte loads in flight)
+constexpr int kRowsMaxChunks = kRowsMaxThreads * kRowsChunks; // one block holds rows up to ~8K columns
+constexpr int kClusterMax = 16;             // H100's largest (non-portable) cluster: rows up to ~128K columns
+constexpr int kSmemUnroll = 2;              // online kernel: chunks in flight per thread (~30 registers each)
 constexpr int kOnlineThreads = 256;
 constexpr int kSplitMinChunks = 1024;       // a split of a long row covers >= 8192 columns
 constexpr int kGenericThreads = 256;
@@ -183,38 +191,52 @@ __device__ __noinline__ F8 ld_partial(const char *row, int dt, int c0, int lim) 
     return r;
 }
 
-// Starts the loads of the chunk at column c0. A chunk wholly at or past
-// row.lim is not read; an inner chunk that straddles lim is loaded whole (its
-// masked columns, inside the row, are discarded by chunk_logits); head and
-// tail chunks read only columns in [0, lim).
-__device__ __forceinline__ void chunk_issue(const SmParams &p, const Row &row, int c0, Chunk &ck) {
-    ck.kind = 0;
-    if (c0 >= row.lim) return;
+// Starts the loads of the chunk at column c0 into x (and the bias along keys
+// into b when bcol; callers pass a constant where they can, so the unused
+// registers fold away) and returns its kind (see Chunk). A chunk wholly at
+// or past row.lim is not read; an inner chunk that straddles lim is loaded
+// whole (its masked columns, inside the row, are discarded by chunk_u); head
+// and tail chunks read only columns in [0, lim).
+__device__ __forceinline__ int chunk_load(const SmParams &p, const Row &row, int c0, bool bcol, float (&x)[kMfVec],
+                                          float (&b)[kMfVec]) {
+    if (c0 >= row.lim) return 0;
     if (c0 >= 0 && c0 + kMfVec <= p.cols) {
-        ck.kind = 1;
-        ld_raw(row.x + c0 * dt_size(p.x_dt), p.x_dt, ck.x);
-        if (p.bcol) ld_raw(row.b + c0 * dt_size(p.b_dt), p.b_dt, ck.b);
-        return;
+        ld_raw(row.x + c0 * dt_size(p.x_dt), p.x_dt, x);
+        if (bcol) ld_raw(row.b + c0 * dt_size(p.b_dt), p.b_dt, b);
+        return 1;
     }
-    ck.kind = 2;
     const F8 xv = ld_partial(row.x, p.x_dt, c0, row.lim);
-    const F8 bv = p.bcol ? ld_partial(row.b, p.b_dt, c0, row.lim) : F8{};
+    const F8 bv = bcol ? ld_partial(row.b, p.b_dt, c0, row.lim) : F8{};
 #pragma unroll
-    for (int e = 0; e < kMfVec; e++) ck.x[e] = xv.v[e], ck.b[e] = bv.v[e];
+    for (int e = 0; e < kMfVec; e++) x[e] = xv.v[e], b[e] = bv.v[e];
+    return 2;
+}
+
+// In place: x <- u = scale * x + bias for the chunk's visible columns, -inf
+// elsewhere (kind from chunk_load).
+__device__ __forceinline__ void chunk_u(const SmParams &p, const Row &row, int c0, int kind, bool bcol,
+                                        float (&x)[kMfVec], float (&b)[kMfVec]) {
+    if (kind == 1) {
+        unpack(x, p.x_dt);
+        if (bcol) unpack(b, p.b_dt);
+    }
+#pragma unroll
+    for (int e = 0; e < kMfVec; e++) {
+        const bool in = kind != 0 && c0 + e >= 0 && c0 + e < row.lim;
+        x[e] = in ? fmaf(x[e], p.scale, bcol ? b[e] : row.c) : -INFINITY;
+    }
+}
+
+__device__ __forceinline__ void chunk_issue(const SmParams &p, const Row &row, int c0, Chunk &ck) {
+    ck.kind = chunk_load(p, row, c0, p.bcol, ck.x, ck.b);
 }
 
 // u = scale * x + bias for the chunk's visible columns, -inf elsewhere.
 __device__ __forceinline__ void chunk_logits(const SmParams &p, const Row &row, int c0, Chunk &ck,
                                              float (&u)[kMfVec]) {
-    if (ck.kind == 1) {
-        unpack(ck.x, p.x_dt);
-        if (p.bcol) unpack(ck.b, p.b_dt);
-    }
+    chunk_u(p, row, c0, ck.kind, p.bcol, ck.x, ck.b);
 #pragma unroll
-    for (int e = 0; e < kMfVec; e++) {
-        const bool in = ck.kind != 0 && c0 + e >= 0 && c0 + e < row.lim;
-        u[e] = in ? fmaf(ck.x[e], p.scale, p.bcol ? ck.b[e] : row.c) : -INFINITY;
-    }
+    for (int e = 0; e < kMfVec; e++) u[e] = ck.x[e];
 }
 
 __device__ __noinline__ void st_partial(char *row, int dt, int c0, int cols, F8 o) {
@@ -311,104 +333,108 @@ __device__ __forceinline__ void block_ms(float &m, float &s, float *red_m, float
     warp_ms(m, s);
 }
 
-// ---- warp: short rows in registers -----------------------------------------------------
+// ---- rows: a whole row in registers -------------------------------------------------------
 
-// Rows of <= 32 * kC chunks. A group of G lanes owns a row; lane l of the group
-// holds chunks l, l + G, ... (kC of them), so the group's lanes touch
-// consecutive 16-byte pieces. 32 / G rows per warp, grid-stride over rows;
-// lanes whose row is past the end still join the shuffles.
-template <int kC>
-__global__ void __launch_bounds__(kWarpThreads, 4) softmax_warp_kernel(SmParams p, int G) {
-    const int lane = threadIdx.x & 31, gl = lane & (G - 1);
-    const int64_t rows_per_warp = 32 / G;
-    const int64_t warp = (int64_t)blockIdx.x * (kWarpThreads / 32) + (threadIdx.x >> 5);
-    const int64_t step = (int64_t)gridDim.x * (kWarpThreads / 32) * rows_per_warp;
-    for (int64_t r0 = warp * rows_per_warp; r0 < p.rows; r0 += step) {
-        const int64_t r = r0 + lane / G;
+// A row's chunks are spread over a group of G threads and, for rows longer
+// than one block holds, over a cluster of cs blocks (sm_90; cs = 1
+// elsewhere). G <= 32: a power of two, kRowsBlock / G rows per block,
+// reductions by shuffles. G > 32: the whole block (a multiple of 32 threads)
+// is one row's group. Block q of a cluster holds the row's chunks
+// [q G kC, (q + 1) G kC); thread t of a group holds chunks t, t + G, ... of
+// that range (kC of them), so a warp's accesses are consecutive 16-byte
+// pieces. Each element is loaded once, exponentiated once and written by the
+// thread that read it (y == x works). The grid covers every row (no
+// persistent loop over rows): the scheduler overlaps one block's reductions
+// and stores with other blocks' loads.
+
+// The row's max (kMax) or sum of v over its group, block and cluster; every
+// thread of the row gets the same value (xor butterflies give every lane the
+// same sum: float addition is commutative; blocks and cluster ranks are
+// combined in a fixed order). red: 32 floats of shared memory, cl: one float
+// of shared memory, each used by one kind of reduction only (see the kernel
+// for why no further barriers are needed).
+template <bool kMax>
+__device__ __forceinline__ float row_reduce(float v, int G, int cs, float *red, float *cl) {
+    if (G <= 32) return kMax ? group_max(v, G) : group_sum(v, G);
+    v = kMax ? group_max(v, 32) : group_sum(v, 32);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? red[lane] : (kMax ? -INFINITY : 0.0f);
+    v = kMax ? group_max(v, 32) : group_sum(v, 32);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cs > 1) {
+        cg::cluster_group cluster = cg::this_cluster();
+        if (threadIdx.x == 0) *cl = v;
+        cluster.sync(); // release/acquire: every block's *cl is visible to the cluster
+        v = kMax ? -INFINITY : 0.0f;
+        for (int q = 0; q < cs; q++) {
+            const float o = *cluster.map_shared_rank(cl, q);
+            v = kMax ? fmaxf(v, o) : v + o;
+        }
+    }
+#else
+    (void)cs, (void)cl;
+#endif
+    return v;
+}
+
+// Barriers: red_m / cl_m are written again only in the next row's max step,
+// which every thread (and every block of the cluster) reaches after the sum
+// step's barrier, i.e. after the last read of this row's max partials; red_s
+// / cl_s likewise after the next max step's barrier. A cluster syncs once
+// more before exiting so that no block leaves while its cl_s is read.
+template <bool kBcol>
+__global__ void __launch_bounds__(kRowsMaxThreads, kBcol ? 1 : 2)
+    softmax_rows_kernel(SmParams p, int G, int cs) {
+    constexpr int kC = kRowsChunks;
+    __shared__ float red_m[32], red_s[32], cl_m, cl_s;
+    const bool wide = G > 32;
+    const int gl = wide ? (int)threadIdx.x : (int)threadIdx.x & (G - 1);
+    const int rows_per_block = wide ? 1 : (int)blockDim.x / G;
+    const int rank = cs > 1 ? (int)(blockIdx.x % cs) : 0; // 1-D clusters: the block's rank in its cluster
+    const int64_t nblk = (p.rows + rows_per_block - 1) / rows_per_block;
+    for (int64_t blk = blockIdx.x / cs; blk < nblk; blk += gridDim.x / cs) {
+        const int64_t r = blk * rows_per_block + (wide ? 0 : (int)threadIdx.x / G);
         Row row = row_setup(p, r < p.rows ? r : p.rows - 1);
-        if (r >= p.rows) row.nchunks = 0, row.lim = 0;
-        Chunk ck[kC];
+        if (r >= p.rows) row.nchunks = 0, row.lim = 0; // its lanes still join the shuffles
+        const int c_beg = rank * G * kC + gl;
+        float v[kC][kMfVec];                 // raw loads, then logits, then exp
+        float b[kBcol ? kC : 1][kMfVec];     // bias along keys
+        unsigned kinds = 0; // chunk k's kind in bits 2k, 2k + 1
 #pragma unroll
         for (int k = 0; k < kC; k++) {
-            const int c = k * G + gl;
-            ck[k].kind = 0;
-            if (c < row.nchunks) chunk_issue(p, row, row.base + c * kMfVec, ck[k]);
+            const int c = c_beg + k * G;
+            if (c < row.nchunks)
+                kinds |= (unsigned)chunk_load(p, row, row.base + c * kMfVec, kBcol, v[k], b[kBcol ? k : 0]) << (2 * k);
         }
-        float u[kC][kMfVec], m = -INFINITY;
+        float m = -INFINITY;
 #pragma unroll
         for (int k = 0; k < kC; k++) {
-            chunk_logits(p, row, row.base + (k * G + gl) * kMfVec, ck[k], u[k]);
+            chunk_u(p, row, row.base + (c_beg + k * G) * kMfVec, (kinds >> (2 * k)) & 3u, kBcol, v[k],
+                    b[kBcol ? k : 0]);
 #pragma unroll
-            for (int e = 0; e < kMfVec; e++) m = fmaxf(m, u[k][e]);
+            for (int e = 0; e < kMfVec; e++) m = fmaxf(m, v[k][e]);
         }
-        const float me = me_of(group_max(m, G));
+        const float me = me_of(row_reduce<true>(m, G, cs, red_m, &cl_m));
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < kC; k++)
 #pragma unroll
             for (int e = 0; e < kMfVec; e++) {
-                u[k][e] = ex2((u[k][e] - me) * kLog2e);
-                s += u[k][e];
+                v[k][e] = ex2((v[k][e] - me) * kLog2e);
+                s += v[k][e];
             }
-        const float inv = inv_of(group_sum(s, G));
+        const float inv = inv_of(row_reduce<false>(s, G, cs, red_s, &cl_s));
 #pragma unroll
         for (int k = 0; k < kC; k++) {
-            const int c = k * G + gl;
-            if (c < row.nchunks) chunk_store(p, row, row.base + c * kMfVec, u[k], inv);
+            const int c = c_beg + k * G;
+            if (c < row.nchunks) chunk_store(p, row, row.base + c * kMfVec, v[k], inv);
         }
     }
-}
-
-// ---- smem: medium rows, logits parked in shared memory --------------------------------
-
-// One block per row (grid-stride). Thread t owns chunks t, t + T, ...; it
-// keeps their logits in shared memory (a float4 pair per chunk: slot k and
-// nchunks_max + k, so a warp's accesses are consecutive 16-byte words) and is
-// the only thread that reads them back, so the passes need no barrier beyond
-// the two reductions. Chunks past lim touch neither memory nor shared memory.
-__global__ void __launch_bounds__(kSmemMaxThreads) softmax_smem_kernel(SmParams p, int nchunks_max) {
-    extern __shared__ float4 park[]; // (2, nchunks_max)
-    __shared__ float red_m[32], red_s[32];
-    const int nt = blockDim.x;
-    for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-        const Row row = row_setup(p, r);
-        const int k_vis = min(row.nchunks, (row.lim - row.base + kMfVec - 1) / kMfVec);
-        // Pass 1: load, logits to shared memory, running max and sum.
-        float m = -INFINITY, s = 0.0f;
-        for (int k0 = threadIdx.x; k0 < k_vis; k0 += nt * kSmemUnroll) {
-            Chunk ck[kSmemUnroll];
-#pragma unroll
-            for (int q = 0; q < kSmemUnroll; q++) {
-                const int k = k0 + q * nt;
-                ck[q].kind = 0;
-                if (k < k_vis) chunk_issue(p, row, row.base + k * kMfVec, ck[q]);
-            }
-            float u[kSmemUnroll][kMfVec];
-#pragma unroll
-            for (int q = 0; q < kSmemUnroll; q++) {
-                const int k = k0 + q * nt;
-                chunk_logits(p, row, row.base + k * kMfVec, ck[q], u[q]);
-                if (k < k_vis) {
-                    park[k] = make_float4(u[q][0], u[q][1], u[q][2], u[q][3]);
-                    park[nchunks_max + k] = make_float4(u[q][4], u[q][5], u[q][6], u[q][7]);
-                }
-            }
-            ms_update<kSmemUnroll>(m, s, u);
-        }
-        block_ms(m, s, red_m, red_s);
-        const float me = me_of(m), inv = inv_of(s);
-        // Pass 2: y from the parked logits; masked chunks are written as 0.
-        for (int k = threadIdx.x; k < row.nchunks; k += nt) {
-            float e[kMfVec] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-            if (k < k_vis) {
-                const float4 a = park[k], b = park[nchunks_max + k];
-                e[0] = a.x, e[1] = a.y, e[2] = a.z, e[3] = a.w, e[4] = b.x, e[5] = b.y, e[6] = b.z, e[7] = b.w;
-            }
-#pragma unroll
-            for (int j = 0; j < kMfVec; j++) e[j] = ex2((e[j] - me) * kLog2e);
-            chunk_store(p, row, row.base + k * kMfVec, e, inv);
-        }
-    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cs > 1) cg::this_cluster().sync();
+#endif
 }
 
 // ---- online: long rows, two passes over memory ------------------------------------------
@@ -514,14 +540,12 @@ __global__ void __launch_bounds__(kGenericThreads) softmax_generic_kernel(SmPara
 
 // ---- dispatch ------------------------------------------------------------------------------
 
-enum Variant { kVarWarp1, kVarWarp2, kVarWarp4, kVarSmem, kVarOnline, kVarSplit, kVarGeneric };
+enum Variant { kVarRows, kVarCluster, kVarOnline, kVarSplit, kVarGeneric };
 
 const char *variant_name(Variant v) {
     switch (v) {
-    case kVarWarp1: return "warp1";
-    case kVarWarp2: return "warp2";
-    case kVarWarp4: return "warp4";
-    case kVarSmem: return "smem";
+    case kVarRows: return "rows";
+    case kVarCluster: return "cluster";
     case kVarOnline: return "online";
     case kVarSplit: return "split";
     case kVarGeneric: return "generic";
@@ -531,10 +555,10 @@ const char *variant_name(Variant v) {
 
 struct Plan {
     Variant var;
-    int G;                        // warp: lanes per row
+    int G;                        // rows/cluster: threads per row in a block
+    int cs;                       // cluster: blocks per row (1 otherwise)
     int threads;                  // per block
     unsigned grid;
-    size_t smem;                  // dynamic shared memory (smem variant)
     int nchunks;                  // chunks per row at most
     int splits, split_chunks;     // split variant
 };
@@ -542,21 +566,13 @@ struct Plan {
 } // namespace
 
 // What plan() asks the runtime, asked once per backend and kept here
-// (mf_cuda_ctx::softmax): occupancy per variant, the smem variant's dynamic
-// shared memory per block count, the opt-in limit and the L2 size. Launches
-// then make no occupancy or attribute queries.
-constexpr int kSmemThreadSlots = (kSmemMaxThreads - kSmemMinThreads) / 32 + 1; // 64, 96, ..., 512 threads
-constexpr int kMaxBlocksPerSm = 32;
-
+// (mf_cuda_ctx::softmax): occupancy of the persistent kernels, whether
+// clusters of the rows kernel can run, and the L2 size. Launches then make no
+// occupancy or attribute queries.
 struct mf_cuda_softmax_launch {
-    int occ_warp[3], occ_online, occ_generic; // resident blocks per SM; 0: not asked yet
-    int smem_optin;                           // dynamic shared memory a block may use; -1: not asked yet
-    int l2_bytes;                             // 0 when unknown
-    // smem variant: avail[t][b - 1] = dynamic shared memory per block with
-    // which b blocks of 64 + 32 t threads are resident per SM (-1: cannot be);
-    // smem_slots[t] says whether row t was filled.
-    int smem_avail[kSmemThreadSlots][kMaxBlocksPerSm];
-    bool smem_slots[kSmemThreadSlots];
+    int occ_online, occ_generic; // resident blocks per SM; 0: not asked yet
+    int max_cs[2];               // largest cluster of rows<bcol> blocks that can run (1: none); 0: not asked yet
+    int l2_bytes;                // 0 when unknown
 };
 
 extern "C" void mf_cuda_softmax_release(mf_cuda_ctx *ctx) {
@@ -570,7 +586,6 @@ mf_status launch_state(mf_cuda_ctx *c, mf_cuda_softmax_launch **out) {
     if (!c->softmax) {
         mf_cuda_softmax_launch *s = static_cast<mf_cuda_softmax_launch *>(mf_calloc(1, sizeof *s));
         if (!s) return mf_fail(MF_ERR_OOM, "softmax: out of host memory (%zu bytes of launch cache)", sizeof *s);
-        s->smem_optin = -1;
         if (cudaDeviceGetAttribute(&s->l2_bytes, cudaDevAttrL2CacheSize, c->device) != cudaSuccess) {
             (void)cudaGetLastError();
             s->l2_bytes = 0;
@@ -595,35 +610,48 @@ int resident_blocks(K kernel, int threads, size_t smem, int &slot) {
     return n;
 }
 
-// Resident blocks per SM of the smem kernel with `threads` threads and
-// `bytes` of dynamic shared memory: the most b whose per-block share of the
-// SM still holds `bytes` (the occupancy calculator's numbers, asked once per
-// block size). At least 1.
-int smem_resident(mf_cuda_softmax_launch *s, int threads, size_t bytes) {
-    const int t = (threads - kSmemMinThreads) / 32;
-    if (!s->smem_slots[t]) {
-        int most = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&most, softmax_smem_kernel, threads, 0) != cudaSuccess) {
+// The launch configuration of a rows kernel: a cluster of cs blocks per row
+// when cs > 1 (the attribute lives in `attr`, which must outlive the launch).
+cudaLaunchConfig_t rows_config(unsigned grid, int threads, int cs, cudaStream_t stream, cudaLaunchAttribute *attr) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)cs;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cs > 1 ? 1 : 0;
+    return cfg;
+}
+
+// The largest cluster (blocks per row) of kRowsMaxThreads-thread rows<bcol>
+// blocks that can run: 16, 8, 4 or 2 where the occupancy calculator finds
+// room for one (sm_90 and later), else 1. Asked once per bias kind.
+int max_cluster(mf_cuda_ctx *c, mf_cuda_softmax_launch *s, bool bcol) {
+    int &best = s->max_cs[bcol];
+    if (best > 0) return best;
+    best = 1;
+    if (c->cc_major < 9) return best;
+    void (*kernel)(SmParams, int, int) = bcol ? softmax_rows_kernel<true> : softmax_rows_kernel<false>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+        (void)cudaGetLastError(); // then only portable sizes (<= 8) can pass below
+    for (int cs = kClusterMax; cs >= 2; cs /= 2) {
+        cudaLaunchAttribute attr;
+        const cudaLaunchConfig_t cfg = rows_config((unsigned)cs, kRowsMaxThreads, cs, c->stream, &attr);
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
             (void)cudaGetLastError();
-            most = 1;
+            n = 0;
         }
-        most = std::max(1, std::min(most, kMaxBlocksPerSm));
-        for (int b = 1; b <= kMaxBlocksPerSm; b++) {
-            size_t avail = 0;
-            if (b > most ||
-                cudaOccupancyAvailableDynamicSMemPerBlock(&avail, softmax_smem_kernel, b, threads) != cudaSuccess) {
-                (void)cudaGetLastError();
-                s->smem_avail[t][b - 1] = -1;
-                continue;
-            }
-            s->smem_avail[t][b - 1] = (int)std::min(avail, (size_t)INT_MAX);
+        if (n > 0) {
+            best = cs;
+            break;
         }
-        s->smem_slots[t] = true;
     }
-    int occ = 1;
-    for (int b = 2; b <= kMaxBlocksPerSm; b++)
-        if (s->smem_avail[t][b - 1] >= 0 && bytes <= (size_t)s->smem_avail[t][b - 1]) occ = b;
-    return occ;
+    return best;
 }
 
 unsigned grid_of(int64_t work, int64_t cap) {
@@ -653,11 +681,23 @@ bool alignable(const SmParams &p) {
     return true;
 }
 
+// Rows of `blocks_per_row`-block groups over `rows_per_block` rows each: the
+// grid, a multiple of blocks_per_row within the grid limit (the kernels loop
+// over what does not fit).
+unsigned rows_grid(int64_t rows, int rows_per_block, int blocks_per_row) {
+    const int64_t groups = (rows + rows_per_block - 1) / rows_per_block;
+    return (unsigned)(std::max((int64_t)1, std::min(groups, (int64_t)INT_MAX / blocks_per_row)) * blocks_per_row);
+}
+
+int round32(int n) { return (n + 31) / 32 * 32; }
+
 // Picks the variant for these parameters, or says why they are unsupported.
-// Thresholds, with the reasoning in docs/notes/softmax.md: the warp kernel
-// holds up to 32 values per lane in registers; the smem kernel up to 128 KB of
-// f32 logits per block; longer rows stream twice. A long row is split over
-// several blocks only when the rows alone cannot fill the chip.
+// Thresholds, with the reasoning in docs/notes/softmax.md: a row is held in
+// registers at 1, 2 or 4 chunks (8, 16, 32 values) per thread over up to 512
+// threads (~16K columns), over a cluster of up to 8 blocks on sm_90 (~128K
+// columns); longer rows, and long rows on older GPUs, stream twice (online).
+// A long row is split over several blocks when the rows alone cannot fill
+// the chip.
 mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
     const int ex = esize(p.x_dt), ey = esize(p.y_dt), eb = esize(p.b_dt);
     if ((uintptr_t)p.x % ex || (uintptr_t)p.y % ey || (p.bias && (uintptr_t)p.bias % eb) ||
@@ -668,8 +708,9 @@ mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
     mf_cuda_softmax_launch *ls = nullptr;
     MF_TRY(launch_state(c, &ls));
     const int64_t resident_sm = c->sm_count;
-    pl->smem = 0;
     pl->splits = 1;
+    pl->cs = 1;
+    pl->G = 0;
     if (!alignable(p)) {
         pl->var = kVarGeneric;
         pl->threads = kGenericThreads;
@@ -679,78 +720,77 @@ mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
     }
     const int nchunks = (p.cols + kMfVec - 1) / kMfVec + (p.rows_aligned ? 0 : 1);
     pl->nchunks = pl->split_chunks = nchunks;
-    if (nchunks <= kWarpMaxChunks) {
-        int G = 32, occ;
-        if (nchunks <= 32) {
-            pl->var = kVarWarp1;
-            G = 1;
-            while (G < nchunks) G *= 2;
-            occ = resident_blocks(softmax_warp_kernel<1>, kWarpThreads, 0, ls->occ_warp[0]);
-        } else if (nchunks <= 64) {
-            pl->var = kVarWarp2;
-            occ = resident_blocks(softmax_warp_kernel<2>, kWarpThreads, 0, ls->occ_warp[1]);
-        } else {
-            pl->var = kVarWarp4;
-            occ = resident_blocks(softmax_warp_kernel<4>, kWarpThreads, 0, ls->occ_warp[2]);
-        }
+    // In one block: G threads of kRowsChunks chunks each (G a power of two
+    // up to 32, else a multiple of 32).
+    if (nchunks <= kRowsMaxChunks) {
+        const int g = (nchunks + kRowsChunks - 1) / kRowsChunks;
+        int G = 1;
+        if (g <= 32)
+            while (G < g) G *= 2;
+        else
+            G = round32(g);
+        pl->var = kVarRows;
         pl->G = G;
-        pl->threads = kWarpThreads;
-        const int64_t rows_per_block = (kWarpThreads / 32) * (32 / G);
-        pl->grid = grid_of((p.rows + rows_per_block - 1) / rows_per_block, resident_sm * occ);
+        pl->threads = G <= 32 ? kRowsBlock : G;
+        pl->grid = rows_grid(p.rows, G <= 32 ? kRowsBlock / G : 1, 1);
         return MF_OK;
     }
-    if (nchunks <= kSmemMaxChunks) {
-        int optin = ls->smem_optin;
-        if (optin < 0) {
-            if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess) {
-                (void)cudaGetLastError();
-                optin = 48 << 10;
-            }
-            // Static shared memory (the reduction scratch) comes out of the same budget.
-            optin -= 1024;
-            if (optin > (48 << 10) &&
-                cudaFuncSetAttribute(softmax_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) !=
-                    cudaSuccess) {
-                (void)cudaGetLastError();
-                optin = 48 << 10;
-            }
-            ls->smem_optin = optin;
-        }
-        const size_t bytes = (size_t)nchunks * 2 * sizeof(float4);
-        if (bytes <= (size_t)optin) {
-            pl->var = kVarSmem;
-            pl->smem = bytes;
-            // About kSmemUnroll chunks per thread: one round of loads in flight per row.
-            int t = (nchunks + kSmemUnroll - 1) / kSmemUnroll;
-            t = std::min(kSmemMaxThreads, std::max(kSmemMinThreads, (t + 31) / 32 * 32));
-            pl->threads = t;
-            const int occ = smem_resident(ls, t, bytes);
-            pl->grid = grid_of(p.rows, resident_sm * occ);
-            return MF_OK;
-        }
-    }
-    pl->threads = kOnlineThreads;
+    // Long rows: a cluster of cs blocks per row if the GPU has clusters and
+    // the row fits in the largest one; the chunks are spread evenly.
+    const int cs = (nchunks + kRowsMaxChunks - 1) / kRowsMaxChunks;
+    const bool cluster = cs <= max_cluster(c, ls, p.bcol);
     const int occ = resident_blocks(softmax_online_kernel, kOnlineThreads, 0, ls->occ_online);
     const int64_t resident = resident_sm * occ;
-    if (p.rows < resident && c->workspace) {
+    // Few rows: split them over blocks (three passes over memory instead of
+    // two, but the whole chip works), unless clusters already fill it.
+    if ((!cluster || p.rows * cs < resident_sm) && p.rows < resident && c->workspace) {
         int64_t splits = (resident + p.rows - 1) / p.rows;
         splits = std::min(splits, (int64_t)(nchunks / kSplitMinChunks));
         splits = std::min(splits, (int64_t)(c->workspace_bytes / sizeof(float2)) / p.rows);
         if (splits >= 2) {
             pl->var = kVarSplit;
+            pl->threads = kOnlineThreads;
             pl->splits = (int)splits;
             pl->split_chunks = (int)((nchunks + splits - 1) / splits);
             pl->grid = grid_of(p.rows * splits, resident);
             return MF_OK;
         }
     }
+    if (cluster) {
+        const int per_block = (nchunks + cs - 1) / cs;
+        pl->var = kVarCluster;
+        pl->cs = cs;
+        pl->G = pl->threads = round32((per_block + kRowsChunks - 1) / kRowsChunks);
+        pl->grid = rows_grid(p.rows, 1, cs);
+        return MF_OK;
+    }
     pl->var = kVarOnline;
+    pl->threads = kOnlineThreads;
     // Pass 2 re-reads the row: keep the rows in flight within half the L2 so
     // that it hits there (but at least one block per SM).
     const int l2 = ls->l2_bytes;
     const int64_t row_bytes = (int64_t)p.cols * (ex + (p.bcol ? eb : 0));
     const int64_t cap = l2 > 0 ? std::max(resident_sm, std::min(resident, (int64_t)l2 / 2 / row_bytes)) : resident;
     pl->grid = grid_of(p.rows, cap);
+    return MF_OK;
+}
+
+// The rows kernel, with or without the bias along keys; a cluster launch when
+// the plan spreads a row over several blocks.
+mf_status launch_rows(const mf_cuda_ctx *c, const Plan &pl, const SmParams &p) {
+    void (*kernel)(SmParams, int, int) = p.bcol ? softmax_rows_kernel<true> : softmax_rows_kernel<false>;
+    if (pl.cs == 1) {
+        kernel<<<pl.grid, pl.threads, 0, c->stream>>>(p, pl.G, 1);
+        return MF_OK;
+    }
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = rows_config(pl.grid, pl.threads, pl.cs, c->stream, &attr);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, pl.G, pl.cs);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mf_fail(MF_ERR_CUDA, "softmax: cluster launch of %d blocks per row failed: %s", pl.cs,
+                       cudaGetErrorString(e));
+    }
     return MF_OK;
 }
 
@@ -809,10 +849,8 @@ extern "C" mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *a) {
     MF_TRY(params_of(a, &p));
     MF_TRY(plan(c, p, &pl));
     switch (pl.var) {
-    case kVarWarp1: softmax_warp_kernel<1><<<pl.grid, pl.threads, 0, c->stream>>>(p, pl.G); break;
-    case kVarWarp2: softmax_warp_kernel<2><<<pl.grid, pl.threads, 0, c->stream>>>(p, pl.G); break;
-    case kVarWarp4: softmax_warp_kernel<4><<<pl.grid, pl.threads, 0, c->stream>>>(p, pl.G); break;
-    case kVarSmem: softmax_smem_kernel<<<pl.grid, pl.threads, pl.smem, c->stream>>>(p, pl.nchunks); break;
+    case kVarRows:
+    case kVarCluster: MF_TRY(launch_rows(c, pl, p)); break;
     case kVarOnline:
         softmax_online_kernel<<<pl.grid, pl.threads, 0, c->stream>>>(p, kOnlineWhole, 1, pl.split_chunks, nullptr);
         break;

@@ -75,7 +75,7 @@ static inline int64_t mf_softmax_limit(const mf_softmax_geom *g, int causal, int
 extern "C" {
 #endif
 // src/cuda/softmax.cu: the kernel variant mf_softmax would run for these
-// validated arguments ("warp1", "warp2", "warp4", "block", "online", "split"),
+// validated arguments ("rows", "cluster", "online", "split", "generic"),
 // or NULL with the reason in mf_last_error() when unsupported. For benchmarks.
 const char *mf_cuda_softmax_variant(mf_backend *be, const mf_softmax_args *args);
 #ifdef __cplusplus
