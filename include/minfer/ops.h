@@ -92,7 +92,8 @@ mf_status mf_add(mf_backend *be, const mf_add_args *args);
 
 // ---------------------------------------------------------------------------
 // Fused scale + mask + softmax along the last dim, in one pass over memory
-// (CUDA: rows up to ~32K columns; longer rows are read twice):
+// (CUDA: rows up to ~8K columns in one block, up to ~128K over a thread-block
+// cluster on sm_90; longer rows, or rows over ~8K before sm_90, are read twice):
 //   y = softmax(scale * x + bias + mask)
 //   x, y: (rows, cols) or (batch, heads, q_len, k_len); stride[-1] == 1, other
 //         strides free; dtypes f32/f16/bf16 and may differ; y may be x
