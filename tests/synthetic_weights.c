@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
     if (s == MF_OK) s = mf_model_synthetic(argv[1], (uint64_t)seed, cpu, &mo, &m);
     if (s == MF_OK) {
         const mf_weights_target t = {.spec = &m->spec, .fam = m->fam, .be = cpu, .dtype = m->dtype};
-        const char *meta[] = {"format", "pt", "minfer_preset", argv[1], "minfer_seed", argv[2], "minfer_version", mf_version()};
+        const char *meta[] = {"format",      "pt",    "minfer_preset",  argv[1],
+                              "minfer_seed", argv[2], "minfer_version", mf_version()};
         s = mf_weights_save(&m->w, &t, argv[3], meta, 4);
     }
     if (s != MF_OK) fprintf(stderr, "synthetic_weights: %s\n", mf_last_error());

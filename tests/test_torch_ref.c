@@ -203,8 +203,8 @@ static void check_prefill_decode(const char *name, mf_session *s, const torch_fi
     for (int64_t i = 0; i < f->n_greedy; i++) {
         const int64_t one[2] = {0, 1};
         if (!check_ok(name, mf_session_forward(s, 1, &slot, &f->seq[f->n_prompt + i], one, MF_LOGITS_LAST, lg))) return;
-        ed = fmax(ed, row_rel_err(lg, f->logits + (f->n_prompt + i) * V, 1, V));
-        if (!(ed <= ed)) ed = NAN;
+        const double ei = row_rel_err(lg, f->logits + (f->n_prompt + i) * V, 1, V);
+        ed = ei <= ed ? ed : ei; // NaN sticks
         if (i + 1 < f->n_greedy) same += argmax(lg, V) == f->greedy[i + 1];
     }
     report(ed <= f->tol && same == f->n_greedy, name,
@@ -237,7 +237,10 @@ static void check_batch(const char *name, mf_session *s, const torch_fixture *f,
         !check_ok(name, mf_session_forward(s, 3, slots, tok, off2, MF_LOGITS_LAST, lg)))
         return;
     double e = 0;
-    for (int i = 0; i < 3; i++) e = fmax(e, row_rel_err(lg + i * V, f->batch_logits + (row0[i] + P - 1) * V, 1, V));
+    for (int i = 0; i < 3; i++) {
+        const double ei = row_rel_err(lg + i * V, f->batch_logits + (row0[i] + P - 1) * V, 1, V);
+        e = ei <= e ? e : ei;
+    }
     int64_t steps = 0;
     for (int64_t t = P;; t++) { // step t: sequences with a token at position t
         int32_t live[3], nl = 0, ids[3];
@@ -320,7 +323,8 @@ static void test_roundtrip(mf_backend *cpu, const char *preset, const char *tmp)
             const int64_t n_tensors = mf_st_count(st);
             mf_status s = mf_weights_load(&b->w, &tb, st); // takes st
             st = NULL;
-            if (check_ok(name, s) && check_ok(name, logits_of(a, tok, T, la)) && check_ok(name, logits_of(b, tok, T, lb))) {
+            if (check_ok(name, s) && check_ok(name, logits_of(a, tok, T, la)) &&
+                check_ok(name, logits_of(b, tok, T, lb))) {
                 const double e = row_rel_err(lb, la, T, V);
                 report(e <= 1e-6, name, "%lld tensors written, loaded back: logits max row rel err %.2e (tol 1e-6)",
                        (long long)n_tensors, e);

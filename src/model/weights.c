@@ -392,10 +392,10 @@ static cJSON *save_header(const wplan *p, const char *dt, const char *const *met
         for (int32_t e = 0; e < slot_reps(s) && ok; e++)
             for (int j = 0; j < s->n_src && ok; j++) {
                 const int64_t n = s->rows[j] * (s->cols ? s->cols : 1);
-                const double shape[2] = {(double)s->rows[j], (double)s->cols}, offs[2] = {(double)off, (double)(off + n * es)};
-                cJSON *t = cJSON_CreateObject();
-                ok = t && cJSON_AddItemToObject(h, src_name(s, e, j, buf, sizeof buf), t) &&
-                     cJSON_AddStringToObject(t, "dtype", dt) &&
+                const double shape[2] = {(double)s->rows[j], (double)s->cols};
+                const double offs[2] = {(double)off, (double)(off + n * es)};
+                cJSON *t = cJSON_AddObjectToObject(h, src_name(s, e, j, buf, sizeof buf)); // owned by h
+                ok = t && cJSON_AddStringToObject(t, "dtype", dt) &&
                      cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, s->cols ? 2 : 1)) &&
                      cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
                 off += n * es;
@@ -414,15 +414,18 @@ static cJSON *save_header(const wplan *p, const char *dt, const char *const *met
 mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char *path, const char *const *meta,
                           int32_t n_meta) {
     static const char fn[] = "weights_save";
-    if (!w || !t || !t->spec || !path || (n_meta > 0 && !meta) || n_meta < 0)
-        return mf_fail(MF_ERR_INVALID_ARG, "%s: weights, target, spec or path is NULL (or %d metadata pairs at %p)", fn,
-                       n_meta, (const void *)meta);
+    if (!w || !t || !t->spec || !path)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: weights, target, spec or path is NULL", fn);
+    if (n_meta < 0 || (n_meta > 0 && !meta))
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %d metadata pairs with meta %s", fn, n_meta, meta ? "set" : "NULL");
     if (!w->block || !w->layers) return mf_fail(MF_ERR_INVALID_ARG, "%s: the weights are not allocated", fn);
     if (w->st) // a load that kept views into the mmap planned unstacked sources: copy the checkpoint instead
         return mf_fail(MF_ERR_UNSUPPORTED, "%s: the weights are views into a checkpoint (%s); copy its files instead",
                        fn, mf_st_path(w->st));
     const char *dt = st_dtype_str(t->dtype);
-    if (!dt) return mf_fail(MF_ERR_UNSUPPORTED, "%s: weights dtype %s has no safetensors name here", fn, mf_dtype_name(t->dtype));
+    if (!dt)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: weights dtype %s has no safetensors name here", fn,
+                       mf_dtype_name(t->dtype));
     const int64_t es = (int64_t)mf_dtype_size(t->dtype);
     // Plan as mf_weights_random did (stacked): the family's map only records
     // view pointers and sets n_qkv / n_up, which it set the same way then.
@@ -438,7 +441,9 @@ mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char 
     char *json = h ? cJSON_PrintUnformatted(h) : NULL;
     cJSON_Delete(h);
     char *host = json ? mf_malloc((size_t)(w->block_bytes > 0 ? w->block_bytes : 1)) : NULL;
-    mf_status s = host ? MF_OK : mf_fail(MF_ERR_OOM, "%s: out of host memory for %s", fn, json ? "a copy of the weights" : "the header");
+    mf_status s = host ? MF_OK
+                       : mf_fail(MF_ERR_OOM, "%s: out of host memory for %s", fn,
+                                 json ? "a copy of the weights" : "the header");
     if (s == MF_OK) s = mf_backend_copy(w->be, host, w->block, (size_t)w->block_bytes, MF_COPY_D2H);
     if (s == MF_OK) s = mf_backend_sync(w->be);
     FILE *f = s == MF_OK ? fopen(path, "wb") : NULL;
@@ -454,7 +459,8 @@ mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char 
             const size_t n = (size_t)(slot_numel(sl) * es);
             ok = fwrite(host + ((const char *)sl->dst->data - (const char *)w->block), 1, n, f) == n;
         }
-        if (fclose(f) != 0 || !ok) s = mf_fail(MF_ERR_IO, "%s: writing %s failed (%lld data bytes)", fn, path, (long long)bytes);
+        if (fclose(f) != 0 || !ok)
+            s = mf_fail(MF_ERR_IO, "%s: writing %s failed (%lld data bytes)", fn, path, (long long)bytes);
     }
     free(host);
     free(json);
