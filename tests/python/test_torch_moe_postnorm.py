@@ -77,3 +77,28 @@ def test_fixture_recomputed_live(tmp_path):
     eb = mk.rows_rel_err(r["batch_logits"], batch)
     assert e <= 1e-5 and eb <= 1e-5, f"live torch vs committed logits: {e:.2e}, batch {eb:.2e}; {hint}"
     assert r["ids"] == exp["greedy"]["ids"], hint
+
+
+def test_reference_router_ties():
+    """torch present: the reference's router sends tied experts' tokens to the lower index and
+    renormalises the top-k weights (the conventions minfer's mf_moe documents)."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(FIXDIR))
+    import torch_moe_postnorm as ref
+
+    cfg = ref.Config(n_layers=1, hidden=4, n_heads=1, vocab=8, max_pos=8, n_experts=4, top_k=2, ffn=3)
+    m = ref.PostNormMoE(cfg)
+    g = torch.Generator().manual_seed(0)
+    v = torch.tensor([1.0, 0.5, 0.25, 0.125])
+    m.w = {"model.layers.0.moe.gate.weight": torch.stack([v, 2 * v, 2 * v, 2 * v])}  # 1, 2, 3 tie for x.v > 0
+    for e in range(4):
+        m.w[f"model.layers.0.moe.experts.{e}.fc1.weight"] = torch.randn(3, 4, generator=g)
+        m.w[f"model.layers.0.moe.experts.{e}.fc2.weight"] = torch.randn(4, 3, generator=g)
+    x = torch.tensor([[1.0, 2.0, 0.5, 1.0]])
+
+    def expert(e):
+        h = torch.nn.functional.gelu(x @ m.w[f"model.layers.0.moe.experts.{e}.fc1.weight"].T, approximate="tanh")
+        return h @ m.w[f"model.layers.0.moe.experts.{e}.fc2.weight"].T
+
+    want = 0.5 * expert(1) + 0.5 * expert(2)  # equal probabilities, renormalised over the two
+    assert torch.allclose(m.moe(0, x), want, rtol=1e-6, atol=1e-6)
