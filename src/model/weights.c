@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cJSON.h>
+
 #include "core/alloc.h"
 #include "core/error.h"
 #include "model/arch.h"
@@ -365,6 +367,103 @@ mf_status mf_weights_random(mf_weights *w, const mf_weights_target *t, uint64_t 
     source rnd = {.seed = seed};
     mf_status s = plan(t, w, true, NULL, &p);
     if (s == MF_OK) s = place_and_fill(w, t, &p, false, &rnd);
+    free(p.v);
+    return s;
+}
+
+// ---- save (the inverse of load, for weights filled by mf_weights_random) ----------------
+
+static const char *st_dtype_str(mf_dtype dt) {
+    return dt == MF_DTYPE_F32 ? "F32" : dt == MF_DTYPE_F16 ? "F16" : dt == MF_DTYPE_BF16 ? "BF16" : NULL;
+}
+
+// The header JSON: every source of every slot, in plan order, its data
+// contiguous in the block order (group e, then source j), as place_and_fill
+// wrote them; offsets into the data section = offsets into a packed copy.
+static cJSON *save_header(const wplan *p, const char *dt, const char *const *meta, int32_t n_meta, int64_t *bytes,
+                          int64_t es) {
+    char buf[MF_W_NAME + 48];
+    cJSON *h = cJSON_CreateObject();
+    if (!h) return NULL;
+    int64_t off = 0;
+    bool ok = true;
+    for (int32_t i = 0; i < p->n && ok; i++) {
+        const wslot *s = &p->v[i];
+        for (int32_t e = 0; e < slot_reps(s) && ok; e++)
+            for (int j = 0; j < s->n_src && ok; j++) {
+                const int64_t n = s->rows[j] * (s->cols ? s->cols : 1);
+                const double shape[2] = {(double)s->rows[j], (double)s->cols};
+                const double offs[2] = {(double)off, (double)(off + n * es)};
+                cJSON *t = cJSON_AddObjectToObject(h, src_name(s, e, j, buf, sizeof buf)); // owned by h
+                ok = t && cJSON_AddStringToObject(t, "dtype", dt) &&
+                     cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, s->cols ? 2 : 1)) &&
+                     cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+                off += n * es;
+            }
+    }
+    cJSON *m = ok && n_meta > 0 ? cJSON_AddObjectToObject(h, "__metadata__") : NULL;
+    for (int32_t i = 0; i < n_meta && ok; i++) ok = m && cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1]);
+    if (!ok) {
+        cJSON_Delete(h);
+        return NULL;
+    }
+    *bytes = off;
+    return h;
+}
+
+mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char *path, const char *const *meta,
+                          int32_t n_meta) {
+    static const char fn[] = "weights_save";
+    if (!w || !t || !t->spec || !path)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: weights, target, spec or path is NULL", fn);
+    if (n_meta < 0 || (n_meta > 0 && !meta))
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %d metadata pairs with meta %s", fn, n_meta, meta ? "set" : "NULL");
+    if (!w->block || !w->layers) return mf_fail(MF_ERR_INVALID_ARG, "%s: the weights are not allocated", fn);
+    if (w->st) // a load that kept views into the mmap planned unstacked sources: copy the checkpoint instead
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: the weights are views into a checkpoint (%s); copy its files instead",
+                       fn, mf_st_path(w->st));
+    const char *dt = st_dtype_str(t->dtype);
+    if (!dt)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: weights dtype %s has no safetensors name here", fn,
+                       mf_dtype_name(t->dtype));
+    const int64_t es = (int64_t)mf_dtype_size(t->dtype);
+    // Plan as mf_weights_random did (stacked): the family's map only records
+    // view pointers and sets n_qkv / n_up, which it set the same way then.
+    wplan p = {0};
+    MF_TRY(plan(t, w, true, NULL, &p));
+    for (int32_t i = 0; i < p.n; i++)
+        if (!p.v[i].dst->data) {
+            free(p.v);
+            return mf_fail(MF_ERR_INVALID_ARG, "%s: weight '%s' has no data", fn, p.v[i].name[0]);
+        }
+    int64_t bytes = 0;
+    cJSON *h = save_header(&p, dt, meta, n_meta, &bytes, es);
+    char *json = h ? cJSON_PrintUnformatted(h) : NULL;
+    cJSON_Delete(h);
+    char *host = json ? mf_malloc((size_t)(w->block_bytes > 0 ? w->block_bytes : 1)) : NULL;
+    mf_status s = host ? MF_OK
+                       : mf_fail(MF_ERR_OOM, "%s: out of host memory for %s", fn,
+                                 json ? "a copy of the weights" : "the header");
+    if (s == MF_OK) s = mf_backend_copy(w->be, host, w->block, (size_t)w->block_bytes, MF_COPY_D2H);
+    if (s == MF_OK) s = mf_backend_sync(w->be);
+    FILE *f = s == MF_OK ? fopen(path, "wb") : NULL;
+    if (s == MF_OK && !f) s = mf_fail(MF_ERR_IO, "%s: cannot create %s", fn, path);
+    if (s == MF_OK) { // 8-byte length, the JSON padded with spaces to 8 bytes, the data in header order
+        const size_t jl = strlen(json), hl = (jl + 7) / 8 * 8;
+        unsigned char len8[8];
+        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+        bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, jl, f) == jl;
+        for (size_t i = jl; i < hl && ok; i++) ok = fputc(' ', f) != EOF;
+        for (int32_t i = 0; i < p.n && ok; i++) {
+            const wslot *sl = &p.v[i];
+            const size_t n = (size_t)(slot_numel(sl) * es);
+            ok = fwrite(host + ((const char *)sl->dst->data - (const char *)w->block), 1, n, f) == n;
+        }
+        if (fclose(f) != 0 || !ok)
+            s = mf_fail(MF_ERR_IO, "%s: writing %s failed (%lld data bytes)", fn, path, (long long)bytes);
+    }
+    free(host);
+    free(json);
     free(p.v);
     return s;
 }

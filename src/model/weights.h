@@ -117,6 +117,14 @@ mf_status mf_weights_load(mf_weights *w, const mf_weights_target *t, mf_st_file 
 // Allocates the weights of the spec and fills them with seeded normal values
 // (std 0.02; norm gains 1 + that).
 mf_status mf_weights_random(mf_weights *w, const mf_weights_target *t, uint64_t seed);
+// Writes weights made by mf_weights_random (or a load that copied every
+// tensor) as one safetensors file at path, every tensor under the checkpoint
+// name and layout mf_weights_load reads (so loading the file gives the same
+// weights), in t->dtype; meta: n_meta (key, value) string pairs for
+// "__metadata__". For tests and fixtures (the synthetic presets' weights
+// for an outside reference); not public API.
+mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char *path, const char *const *meta,
+                          int32_t n_meta);
 void mf_weights_free(mf_weights *w);
 
 #ifdef __cplusplus
