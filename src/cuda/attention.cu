@@ -29,10 +29,12 @@ __global__ void __launch_bounds__(kFbWarps * 32, 1) attn_fallback_kernel(const A
     if (!s.ok && i == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicAdd(p.err, 1u);
     if (i >= s.q_len) return;
     if (h >= p.n_heads) return;
-    if (!s.ok) { // each warp zero-fills its head's row
-        const int64_t ob = s.o_off + (int64_t)i * p.o_sr + (int64_t)h * p.o_sh;
-        for (int d = lane; d < p.head_dim; d += 32) mf_st(p.o, p.dt, ob + d, 0.0f);
-        if (p.lse && lane == 0) p.lse[s.l_off + (int64_t)i * p.l_sr + (int64_t)h * p.l_sh] = -INFINITY;
+    if (!s.ok) { // each warp zero-fills its head's rows i, i + gridDim.x, ... (q_len may exceed max_q_len)
+        for (int r = i; r < s.q_len; r += gridDim.x) {
+            const int64_t ob = s.o_off + (int64_t)r * p.o_sr + (int64_t)h * p.o_sh;
+            for (int d = lane; d < p.head_dim; d += 32) mf_st(p.o, p.dt, ob + d, 0.0f);
+            if (p.lse && lane == 0) p.lse[s.l_off + (int64_t)r * p.l_sr + (int64_t)h * p.l_sh] = -INFINITY;
+        }
         return;
     }
     const int kvh = h / p.grp, off = s.k_len - s.q_len, D = p.head_dim;
@@ -47,7 +49,7 @@ __global__ void __launch_bounds__(kFbWarps * 32, 1) attn_fallback_kernel(const A
     int j0 = 0, j1 = s.k_len;
     if (p.causal) {
         j1 = max(0, min(j1, i + off + 1));
-        if (p.window > 0) j0 = max(0, i + off - p.window + 1);
+        if (p.window > 0) j0 = (int)max((int64_t)0, (int64_t)i + off - p.window + 1);
     }
     float m = -INFINITY, l = 0.0f;
     const int64_t kb = s.k_off + (int64_t)kvh * p.k_sh, vb = s.v_off + (int64_t)kvh * p.v_sh;
@@ -139,7 +141,8 @@ mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p)
 enum Path { kPathNone, kPathDecode, kPathPrefill, kPathFallback };
 
 Path pick(const AttnParams &p) {
-    if (p.batch <= 0 || p.max_q_len <= 0 || p.total_q <= 0) return kPathNone; // no q rows
+    if (p.batch <= 0 || p.total_q <= 0) return kPathNone; // no q rows
+    if (p.max_q_len <= 0) return kPathFallback;           // every q_len must be 0: the kernel checks (one block per row 0)
     const bool few_rows = (int64_t)p.max_q_len * p.grp <= kDecodeRows;
     const bool dec = mf_cuda_attn_decode_fits(p), pre = mf_cuda_attn_prefill_fits(p);
     if (dec && (few_rows || !pre)) return kPathDecode;
@@ -150,7 +153,7 @@ Path pick(const AttnParams &p) {
 } // namespace
 
 mf_status mf_cuda_attn_fallback(mf_cuda_ctx *c, const AttnParams &p) {
-    const dim3 grid((unsigned)p.max_q_len, (unsigned)((p.n_heads + kFbWarps - 1) / kFbWarps), (unsigned)p.batch);
+    const dim3 grid((unsigned)max(1, p.max_q_len), (unsigned)((p.n_heads + kFbWarps - 1) / kFbWarps), (unsigned)p.batch);
     attn_fallback_kernel<<<grid, kFbWarps * 32, 0, c->stream>>>(p);
     MF_CUDA_CHECK_LAUNCH("attn_fallback");
     return MF_OK;

@@ -46,16 +46,15 @@ __global__ void __launch_bounds__(kDecThreads, R == 4 ? 3 : 1)
     const SeqView s = attn_seq(p, b);
     if (!s.ok && split == 0 && blockIdx.y == 0 && tid == 0) atomicAdd(p.err, 1u);
     const int n_rows = s.q_len * p.grp, r0 = rg * kMaxRows;
-    if (r0 >= n_rows) return;
-    const int rows = min(kMaxRows, n_rows - r0);
-    if (!s.ok) { // zero-filled here and (when split) again by the combine
+    if (!s.ok) { // zero-filled here (every row, also those past the grid when q_len > max_q_len) and again by the combine
         if (split == 0)
-            for (int r = 0; r < rows; r++) {
-                const int qi = (r0 + r) / p.grp;
-                attn_zero_rows(p, s, kvh * p.grp + (r0 + r) % p.grp, qi, qi + 1);
-            }
+            for (int r = r0; r < n_rows; r += n_rg * kMaxRows)
+                for (int q = r; q < min(n_rows, r + kMaxRows); q++)
+                    attn_zero_rows(p, s, kvh * p.grp + q % p.grp, q / p.grp, q / p.grp + 1);
         return;
     }
+    if (r0 >= n_rows) return;
+    const int rows = min(kMaxRows, n_rows - r0);
     const int off = s.k_len - s.q_len;
 
     // Keys of this split, trimmed to those some row of the block can see.
@@ -64,7 +63,7 @@ __global__ void __launch_bounds__(kDecThreads, R == 4 ? 3 : 1)
     if (p.causal) {
         const int qi_lo = r0 / p.grp, qi_hi = (r0 + rows - 1) / p.grp;
         k1 = min(k1, qi_hi + off + 1);
-        if (p.window > 0) k0 = max(k0, qi_lo + off - p.window + 1);
+        if (p.window > 0) k0 = (int)max((int64_t)k0, (int64_t)qi_lo + off - p.window + 1); // int64: window up to INT_MAX
     }
 
     int qi[kMaxRows], hh[kMaxRows];
@@ -174,8 +173,8 @@ __global__ void __launch_bounds__(128)
     const int qr = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const SeqView s = attn_seq(p, b);
     if (qr >= s.q_len) return;
-    if (!s.ok) {
-        attn_zero_rows(p, s, h, qr, qr + 1);
+    if (!s.ok) { // every row, also those past the grid (q_len > max_q_len)
+        for (int r = qr; r < s.q_len; r += gridDim.x) attn_zero_rows(p, s, h, r, r + 1);
         return;
     }
     const int64_t row = (s.row0 + qr) * p.n_heads + h, stride = p.total_q * p.n_heads;

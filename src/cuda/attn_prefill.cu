@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     if (!s.ok && blockIdx.x == 0 && h == 0 && tid == 0) atomicAdd(p.err, 1u);
     if (s.q_len <= m0) return;
     const int m_end = min(s.q_len, m0 + kBlockM); // rows [m0, m_end) are real
-    if (!s.ok) {
-        attn_zero_rows(p, s, h, m0, m_end);
+    if (!s.ok) { // every row of the sequence, also those past the grid (q_len > max_q_len)
+        for (int r0 = m0; r0 < s.q_len; r0 += gridDim.x * kBlockM) attn_zero_rows(p, s, h, r0, min(s.q_len, r0 + kBlockM));
         return;
     }
     const int kvh = h / p.grp, off = s.k_len - s.q_len;
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     int n_lo = 0, n_hi = s.k_len;
     if (p.causal) {
         n_hi = max(0, min(n_hi, m_end - 1 + off + 1));
-        if (p.window > 0) n_lo = max(0, m0 + off - p.window + 1);
+        if (p.window > 0) n_lo = (int)max((int64_t)0, (int64_t)m0 + off - p.window + 1); // int64: window up to INT_MAX
     }
     const int t_lo = n_lo / kBlockN, t_hi = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : t_lo;
 

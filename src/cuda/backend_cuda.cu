@@ -149,8 +149,8 @@ static mf_status cuda_sync(mf_backend *be) {
     if (c->err_pending) {
         c->err_pending = false;
         const unsigned int bad = c->err_host[kMfErrEmbed], bad_attn = c->err_host[kMfErrAttention];
-        memset(c->err_host, 0, kMfErrSlots * sizeof(unsigned int));
         const unsigned int bad_kv = c->err_host[kMfErrKvWrite];
+        memset(c->err_host, 0, kMfErrSlots * sizeof(unsigned int));
         if (bad_kv)
             return mf_fail(MF_ERR_INVALID_ARG,
                            "kv_write: %u token(s) with a slot or position out of range since the last sync "
