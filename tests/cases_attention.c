@@ -621,6 +621,16 @@ void th_cases_attention(th_list *l) {
         at_p p = var_case(MF_DTYPE_BF16, AM_PACKED, 3, ql, kl, 8, 1, 128, true);
         p.window = 64, p.outliers = true;
         add_case(l, &p);
+        // A window of INT_MAX with q_len > k_len (blind first rows): the first
+        // visible key, i + k_len - q_len - window + 1, must not wrap in int
+        // (it did in the CUDA kernels: rows that see keys came out as 0).
+        p = fixed_case(MF_DTYPE_F16, 1, 200, 100, 4, 2, 64, true);
+        p.window = 2147483647, p.lse = true;
+        add_case(l, &p);
+        const int64_t qd[2] = {8, 1}, kd[2] = {4, 6};
+        p = var_case(MF_DTYPE_BF16, AM_CACHE, 2, qd, kd, 4, 4, 128, true);
+        p.window = 2147483647, p.lse = true;
+        add_case(l, &p);
     }
     // 6. Other head dims (the CPU takes any; CUDA may answer UNSUPPORTED: skipped),
     //    an odd one, scales other than 1/sqrt(D), outliers.
