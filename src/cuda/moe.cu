@@ -2,7 +2,7 @@
 // top-k + renorm + scale), the stable counting-sort permutation, the gather of
 // x into expert-contiguous rows, the combine (+ residual, + gated shared
 // expert), and the expert FFNs on one of three paths (mf_cuda_moe_experts):
-//   "decode"  at most kMoeDecodeMaxRows routed rows (T * k): two kernels that
+//   "decode"  at most MF_MOE_DECODE_MAX_ROWS (32) routed rows (T * k): two kernels that
 //             read the expert offsets on the device (no host read-back, so
 //             the layer can be recorded in a CUDA Graph) and stream each
 //             selected expert's weights once (moe_decode_kernel);
