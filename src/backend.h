@@ -55,6 +55,10 @@ struct mf_backend {
     mf_status (*moe_router)(mf_backend *be, const mf_moe_router_args *args);
     mf_status (*moe_permute)(mf_backend *be, const mf_moe_permute_args *args);
     mf_status (*moe_experts)(mf_backend *be, const mf_moe_experts_args *args);
+    // Whether moe_experts with these (validated) args queues no host read-back
+    // or sync, so that a graph can record it (NULL: never; the generic loop reads
+    // the offsets back).
+    bool (*moe_experts_capturable)(mf_backend *be, const mf_moe_experts_args *args);
     mf_status (*moe_combine)(mf_backend *be, const mf_moe_combine_args *args);
 };
 

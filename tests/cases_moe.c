@@ -15,11 +15,18 @@
 // roundings through the FFN (see layer_ref), times 2 for slack.
 // The workspace starts NaN-poisoned: a row no expert wrote (an expert with
 // no token, E = 256 with T = 3) would turn an output NaN.
+// Expert paths on CUDA: at N = T * k <= MF_MOE_DECODE_MAX_ROWS routed rows
+// the decode kernels (f32 gate / up, no rounding of h before the activation:
+// a subset of the loop's roundings, so the same bound holds), above it the
+// per-expert cuBLASLt loop; every layer and experts case asserts the path
+// taken (expect_path) and what mf_moe_capturable answers.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "ops/moe_loop.h"
 
 static const double kU32 = 0x1.0p-24;
 static const char *const score_names[] = {"softmax", "sigmoid"};
@@ -69,6 +76,30 @@ static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needl
     th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
             mf_status_str(want), needle ? needle : "");
     return false;
+}
+
+// The path the expert FFNs must have taken for N routed rows (every shape in
+// this file allows the decode kernels' 16-byte loads): on CUDA "decode" up to
+// MF_MOE_DECODE_MAX_ROWS, else "loop"; MINFER_MOE_GEMM=loop / grouped forces
+// one. The CPU has one path (the loop) and nothing to check.
+static bool expect_path(th_ctx *ctx, int64_t N) {
+#ifdef MF_HAVE_CUDA
+    if (mf_backend_device(ctx->be) != MF_DEVICE_CUDA) return true;
+    const char *env = getenv("MINFER_MOE_GEMM");
+    const char *want = env && !strcmp(env, "grouped") ? "grouped"
+                       : env && !strcmp(env, "loop")  ? "loop"
+                       : N <= MF_MOE_DECODE_MAX_ROWS  ? "decode"
+                                                      : "loop";
+    const char *got = mf_cuda_moe_last_path(ctx->be);
+    printf("  .. [cuda] %s: experts path %s\n", ctx->case_name, got);
+    if (strcmp(got, want) != 0) {
+        th_fail(ctx, "experts path %s, want %s (%lld routed rows)", got, want, (long long)N);
+        return false;
+    }
+#else
+    (void)ctx, (void)N;
+#endif
+    return true;
 }
 
 // ---- router alone ------------------------------------------------------------------
@@ -407,8 +438,18 @@ static th_result run_layer(th_ctx *ctx, const void *params) {
         }
         for (int64_t i = 0; i < H; i++) err[i] = 2 * (err[i] + eo * fabs(acc[i]) + tiny);
     }
+    // Capturable (no host sync) exactly when CUDA takes the decode path.
+    bool want_cap = false;
+#ifdef MF_HAVE_CUDA
+    const char *env = getenv("MINFER_MOE_GEMM");
+    want_cap = mf_backend_device(ctx->be) == MF_DEVICE_CUDA && T * k <= MF_MOE_DECODE_MAX_ROWS &&
+               !(env && (!strcmp(env, "loop") || !strcmp(env, "grouped")));
+#endif
+    const bool cap = mf_moe_capturable(ctx->be, &a);
+    if (cap != want_cap) return th_fail(ctx, "mf_moe_capturable %d, want %d", (int)cap, (int)want_cap);
     TH_CALL(ctx, mf_moe(ctx->be, &a));
-    return th_check(ctx, bout, &out, ref, bnd, "out") ? TH_PASS : TH_FAIL;
+    bool ok = th_check(ctx, bout, &out, ref, bnd, "out");
+    return ok && expect_path(ctx, T * k) ? TH_PASS : TH_FAIL;
 }
 
 static void add_layer(th_list *l, const layer_p *p) {
@@ -471,7 +512,8 @@ static th_result run_experts(th_ctx *ctx, const void *params) {
                              .y = y, .ffn = p->ffn};
     TH_CALL(ctx, mf_moe_experts(ctx->be, &a));
     bh->checked = true; // scratch
-    return th_check(ctx, by, &y, ref, bnd, "y") ? TH_PASS : TH_FAIL;
+    bool ok = th_check(ctx, by, &y, ref, bnd, "y");
+    return ok && expect_path(ctx, N) ? TH_PASS : TH_FAIL;
 }
 
 // ---- bad input ----------------------------------------------------------------------------
@@ -662,6 +704,28 @@ void th_cases_moe(th_list *l) {
                mf_dtype_name(p.dt), (long long)p.N, (long long)p.H, (long long)p.I, p.E, ffn_names[p.ffn], th_b(p.host),
                (long long)p.tail);
     }
+    // 10. The decode path's edges (MF_MOE_DECODE_MAX_ROWS = 32 routed rows): at the limit and just past it,
+    //     one expert with all 32 rows (4 row groups of 8), E > N, k = 8; experts alone with a tail and host offsets.
+    const layer_p dec[5] = {
+        {.dt = MF_DTYPE_BF16, .T = 16, .H = 64, .I = 48, .E = 8, .k = 2, .renorm = true, .scale = 1.0f},
+        {.dt = MF_DTYPE_BF16, .T = 17, .H = 64, .I = 48, .E = 8, .k = 2, .renorm = true, .scale = 1.0f},
+        {.dt = MF_DTYPE_F16, .T = 32, .H = 48, .I = 32, .E = 8, .k = 1, .scale = 1.0f, .rt = RT_ONE, .ffn = MF_MOE_FFN_GELU},
+        {.dt = MF_DTYPE_F32, .T = 4, .H = 72, .I = 40, .E = 64, .k = 8, .scale = 1.0f, .res = RES_INPLACE},
+        {.dt = MF_DTYPE_BF16, .T = 1, .H = 64, .I = 32, .E = 256, .k = 8, .renorm = true, .scale = 1.0f, .Is = 48,
+         .gate = true, .res = RES_SEPARATE},
+    };
+    for (int c = 0; c < 5; c++) add_layer(l, &dec[c]);
+    const experts_p dex[4] = {
+        {.dt = MF_DTYPE_BF16, .N = 32, .H = 40, .I = 24, .E = 1, .ffn = MF_MOE_FFN_SWIGLU},
+        {.dt = MF_DTYPE_F16, .N = 32, .H = 40, .I = 24, .E = 60, .ffn = MF_MOE_FFN_GELU, .host = true, .tail = 5},
+        {.dt = MF_DTYPE_F32, .N = 20, .H = 40, .I = 24, .E = 3, .ffn = MF_MOE_FFN_GELU, .tail = 3},
+        {.dt = MF_DTYPE_F32, .N = 33, .H = 40, .I = 24, .E = 8, .ffn = MF_MOE_FFN_SWIGLU},
+    };
+    for (int c = 0; c < 4; c++)
+        th_add(l, run_experts, &dex[c], sizeof dex[c],
+               "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
+               mf_dtype_name(dex[c].dt), (long long)dex[c].N, (long long)dex[c].H, (long long)dex[c].I, dex[c].E,
+               ffn_names[dex[c].ffn], th_b(dex[c].host), (long long)dex[c].tail);
     layer_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "moe(validation)");
 }

@@ -39,6 +39,7 @@
 #include "minfer/minfer.h"
 #include "minfer/model.h"
 #include "model/session.h"
+#include "ops/moe_loop.h"
 #ifdef MF_HAVE_CUDA
 #include <cuda_runtime_api.h> // cudaMemGetInfo: device memory steadiness (test_cuda_memory)
 #endif
@@ -1330,6 +1331,10 @@ static void test_memory_plan(mf_backend *cpu) {
 // the same logits bit for bit, on both attention paths and batch sizes 1, 3
 // and 8 in one session (each size recorded once, then replayed; a size met
 // again reuses its graph); a bad step in between changes nothing.
+// Mixture-of-experts fixtures: a decode step is recorded only when every MoE
+// layer takes the device-routed expert path (batch x top_k <=
+// MF_MOE_DECODE_MAX_ROWS); a batch of 17 (34 or more routed rows) runs
+// plainly between recorded steps, and its output is the same with graphs on.
 static void test_cuda_graphs(const char *fx, const char *attn) {
     char name[160];
     snprintf(name, sizeof name, "cuda graphs(%s,attn=%s)", fx, attn);
@@ -1345,23 +1350,38 @@ static void test_cuda_graphs(const char *fx, const char *attn) {
     if (!fixture_open(fx, &f) || !check_ok(name, mf_backend_init("cuda", &be))) goto out;
     mf_model_opts o = {.dtype = MF_DTYPE_BF16, .attn = attn};
     if (!check_ok(name, mf_model_load(f.dir, be, &o, &m))) goto out;
+    const bool moe = m->spec.n_experts > 0;
+    const int32_t B = moe ? 17 : 8; // slots
+    const int32_t dense_sizes[3] = {3, 1, 3}, moe_sizes[4] = {3, 1, 17, 3}; // 3 again: replays the graph recorded first
+    const int32_t *sizes = moe ? moe_sizes : dense_sizes;
+    const int n_sizes = moe ? 4 : 3;
     const int64_t V = m->spec.vocab, NP = f.n_prompt < 12 ? f.n_prompt : 12, NG = 10;
-    lg = malloc((size_t)(8 * V) * sizeof *lg), lp = malloc((size_t)(8 * V) * sizeof *lp);
-    if (!check_ok(name, mf_session_create(m, 8, NP + 3 * NG + 4, &sg)) ||
-        !check_ok(name, mf_session_create(m, 8, NP + 3 * NG + 4, &sp)) ||
+    lg = malloc((size_t)(B * V) * sizeof *lg), lp = malloc((size_t)(B * V) * sizeof *lp);
+    if (!check_ok(name, mf_session_create(m, B, NP + 3 * NG + 4, &sg)) ||
+        !check_ok(name, mf_session_create(m, B, NP + 3 * NG + 4, &sp)) ||
         !check_ok(name, mf_session_set_graphs(sp, false)))
         goto out;
-    const int32_t sizes[3] = {3, 1, 3}; // 3 again: replays the graph recorded first
+    // Steps a graph may record: every size for a dense model; for MoE the
+    // largest batch whose routed rows fit the decode path.
+    const int32_t rec_max = moe ? MF_MOE_DECODE_MAX_ROWS / m->spec.top_k : B;
+    if (moe && sg->moe_graph_rows != (rec_max < B ? rec_max : B)) {
+        report(false, name, "moe_graph_rows %d, want %d (top_k %d)", sg->moe_graph_rows, rec_max < B ? rec_max : B,
+               m->spec.top_k);
+        goto out;
+    }
     double worst = 0;
-    int64_t replays = 0, steps = 0;
-    bool ok = true, same_tokens = true;
-    for (int b = 0; ok && b < 3; b++) {
+    int64_t replays = 0, steps = 0, want_replays = 0, want_rec = 0;
+    bool ok = true, same_tokens = true, seen[18] = {false};
+    for (int b = 0; ok && b < n_sizes; b++) {
         const int32_t nb = sizes[b];
-        int32_t slots[8], cur[8];
-        int64_t off[9], o1[9];
+        const bool graphed = !strcmp(attn, "flash") && nb <= rec_max; // the classic path never records
+        if (graphed && !seen[nb]) want_rec++;
+        seen[nb] = true;
+        int32_t slots[17], cur[17];
+        int64_t off[18], o1[18];
         int32_t *tok = malloc((size_t)(nb * NP) * sizeof *tok);
         for (int32_t i = 0; i < nb; i++) {
-            slots[i] = (i * 5 + 2) % 8;
+            slots[i] = (i * 7 + 2) % B; // 7 is prime to 8 and 17: distinct slots
             for (int64_t t = 0; t < NP; t++) tok[i * NP + t] = f.prompt[(t + i) % f.n_prompt]; // distinct prompts
             off[i] = (int64_t)i * NP, o1[i] = i;
         }
@@ -1377,7 +1397,7 @@ static void test_cuda_graphs(const char *fx, const char *attn) {
                 cur[i] = a;
             }
             if (k == 4) { // a bad step (token id out of range): refused, the caches unchanged
-                int32_t bad[8];
+                int32_t bad[17];
                 memcpy(bad, cur, sizeof bad);
                 bad[nb - 1] = (int32_t)V;
                 expect_err(name, mf_session_forward(sg, nb, slots, bad, o1, MF_LOGITS_LAST, lg), MF_ERR_INVALID_ARG,
@@ -1387,19 +1407,17 @@ static void test_cuda_graphs(const char *fx, const char *attn) {
             ok = check_ok(name, mf_session_forward(sg, nb, slots, cur, o1, MF_LOGITS_LAST, lg)) &&
                  check_ok(name, mf_session_get_stats(sg, &st)) &&
                  check_ok(name, mf_session_forward(sp, nb, slots, cur, o1, MF_LOGITS_LAST, lp));
-            if (ok) replays += st.graph, steps++;
+            if (ok) replays += st.graph, steps++, want_replays += graphed;
         }
         free(tok);
     }
     mf_session_stats st;
-    const bool flash = !strcmp(attn, "flash"); // the classic path never records (its launches depend on lengths)
     if (ok && check_ok(name, mf_session_get_stats(sg, &st)))
-        report(same_tokens && worst == 0.0 && replays == (flash ? steps : 0) && st.graphs_recorded == (flash ? 2 : 0),
-               name,
+        report(same_tokens && worst == 0.0 && replays == want_replays && st.graphs_recorded == want_rec, name,
                "%lld decode steps: greedy tokens %s, logits max row rel diff %.2e (want 0), %lld of them graph "
-               "replays, %lld graphs recorded (want 2 with flash, 0 with classic)",
+               "replays (want %lld), %lld graphs recorded (want %lld)",
                (long long)steps, same_tokens ? "identical" : "DIFFER", worst, (long long)replays,
-               (long long)st.graphs_recorded);
+               (long long)want_replays, (long long)st.graphs_recorded, (long long)want_rec);
 out:
     free(lg), free(lp);
     mf_session_free(sg);
@@ -1603,6 +1621,8 @@ int main(int argc, char **argv) {
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);
         test_cuda_graphs("llama-tiny", attns[a]);
+        test_cuda_graphs("mixtral-tiny", attns[a]);   // top-2: batches 1, 3 recorded, 17 plain
+        test_cuda_graphs("qwen2-moe-tiny", attns[a]); // top-4, gated shared expert
         test_greedy_cuda("gpt2-tiny", attns[a]);
         test_greedy_cuda("llama-tiny", attns[a]);
     }

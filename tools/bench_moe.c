@@ -11,7 +11,10 @@
 //   decode: GB/s of the selected experts' weight bytes read by the expert
 //   part and % of the device-to-device copy bandwidth;
 //   CUDA: the expert part again with cublasGemmGroupedBatchedEx
-//   (MINFER_MOE_GEMM=grouped) in the same run, as grouped_us / TFLOP/s.
+//   (MINFER_MOE_GEMM=grouped) in the same run, as grouped_us / TFLOP/s, and
+//   with the per-expert cuBLASLt loop forced (MINFER_MOE_GEMM=loop) as
+//   loop_us; experts_path names the path experts_us took ("decode" at
+//   <= 32 routed rows: the device-routed kernels without the read-back).
 // The routed ids are planted (even: assignment a goes to expert a mod E;
 // zipf: k distinct experts per token drawn with p(e) ~ 1 / (e + 1)), so the
 // router is timed on its own logits and the rest on a known routing.
@@ -26,6 +29,9 @@
 #include "bench.h"
 #include "bench_util.h"
 #include "core/error.h"
+#ifdef MF_HAVE_CUDA
+#include "ops/moe_loop.h"
+#endif
 
 typedef struct {
     const char *backend;
@@ -133,11 +139,12 @@ static mf_tensor view(void *data, mf_dtype dt, mf_device dev, int nd, int64_t d0
     return t;
 }
 
-enum { NCOLS = 26 };
+enum { NCOLS = 28 };
 static const char *const col_names[NCOLS] = {
     "mode", "routing", "experts", "top_k", "hidden", "ffn", "batch", "tokens", "dtype", "router_us", "permute_us",
     "experts_us", "combine_us", "layer_us", "overhead_%", "expert_TFLOP/s", "dense_TFLOP/s", "%dense",
-    "experts_used", "weight_GB/s", "%copy", "grouped_us", "grouped_TFLOP/s", "device", "copy_GB/s", "date"};
+    "experts_used", "weight_GB/s", "%copy", "grouped_us", "grouped_TFLOP/s", "experts_path", "loop_us", "device", "copy_GB/s",
+    "date"};
 
 static double p50_of(mf_bench_timer *tm, mf_bench_fn fn, void *arg, const moe_opts *o, double *samples, mf_status *st) {
     if (*st != MF_OK) return NAN;
@@ -223,12 +230,18 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
     const double t_perm = p50_of(tm, run_permute, &s, o, samples, &st);
     const double t_router = p50_of(tm, run_router, &s, o, samples, &st);
     const double t_exp = p50_of(tm, run_experts, &s, o, samples, &st);
+    const char *path = "loop"; // the CPU's only path
+#ifdef MF_HAVE_CUDA
+    if (dev == MF_DEVICE_CUDA) path = mf_cuda_moe_last_path(be);
+#endif
     const double t_comb = p50_of(tm, run_combine, &s, o, samples, &st);
     const double t_dense = p50_of(tm, run_dense, &s, o, samples, &st);
-    double t_grouped = NAN;
+    double t_grouped = NAN, t_loop = NAN;
     if (dev == MF_DEVICE_CUDA && st == MF_OK) { // the alternative expert path, same data
         setenv("MINFER_MOE_GEMM", "grouped", 1);
         t_grouped = p50_of(tm, run_experts, &s, o, samples, &st);
+        setenv("MINFER_MOE_GEMM", "loop", 1);
+        t_loop = p50_of(tm, run_experts, &s, o, samples, &st);
         unsetenv("MINFER_MOE_GEMM");
     }
     if (st == MF_OK) {
@@ -259,9 +272,11 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
         fmt(cells[20], 100.0 * wbytes / (t_exp * 1e3) / (copy / 2), 1); // copy counts read + write
         fmt(cells[21], t_grouped, 1);
         fmt(cells[22], flops / (t_grouped * 1e6), 4);
-        snprintf(cells[23], 192, "%s", device);
-        fmt(cells[24], copy, 1);
-        snprintf(cells[25], 192, "%s", date);
+        snprintf(cells[23], 192, "%s", path);
+        fmt(cells[24], t_loop, 1);
+        snprintf(cells[25], 192, "%s", device);
+        fmt(cells[26], copy, 1);
+        snprintf(cells[27], 192, "%s", date);
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
         if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench moe: out of host memory");

@@ -352,7 +352,10 @@ mf_status mf_moe_permute(mf_backend *be, const mf_moe_permute_args *args);
 //   x:  (N, H) rows of expert e at [offsets[e], offsets[e+1]), stride[1] == 1
 //   offsets: (E + 1) i32 on the device, non-decreasing, offsets[E] <= N
 //   host_offsets: NULL, or the same E + 1 values in host memory; NULL on CUDA
-//       costs one device-to-host read (a sync) to size the per-expert GEMMs
+//       costs one device-to-host read (a sync) to size the per-expert GEMMs,
+//       except on the small-batch decode path (N <= 32 rows, shapes that allow
+//       16-byte loads), whose kernels read the device offsets themselves
+//       (clamped to [0, N]; host_offsets, when given, are checked on the host)
 //   w1: (E, 2I, H) SwiGLU gate rows [0, I) | up rows [I, 2I); (E, I, H) GELU.
 //       Torch Linear layout: stride[2] == 1, stride[1] >= H, stride[0] free.
 //   w2: (E, H, I), stride[2] == 1
@@ -400,7 +403,9 @@ mf_status mf_moe_combine(mf_backend *be, const mf_moe_combine_args *args);
 //   shared_expert_gate). residual, out: as mf_moe_combine.
 //   workspace: device scratch of workspace_bytes >= mf_moe_workspace(); the op
 //   allocates nothing. CUDA reads the E + 1 expert offsets back once per call
-//   (one sync) to size the per-expert GEMMs.
+//   (one sync) to size the per-expert GEMMs, except at T * top_k <= 32
+//   assignments (the decode path of mf_moe_experts: no sync, so a CUDA Graph
+//   can record the layer).
 typedef struct {
     mf_tensor x, w_router, w1, w2;
     mf_moe_ffn ffn;

@@ -270,7 +270,8 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->moe_router = mf_cuda_moe_router;
     be->moe_permute = mf_cuda_moe_permute;
     be->moe_combine = mf_cuda_moe_combine;
-    be->moe_experts = mf_cuda_moe_experts; // the cuBLASLt loop, or grouped with MINFER_MOE_GEMM=grouped
+    be->moe_experts = mf_cuda_moe_experts; // decode kernels (<= MF_MOE_DECODE_MAX_ROWS rows), else the cuBLASLt loop
+    be->moe_experts_capturable = mf_cuda_moe_experts_capturable;
     be->attention = mf_cuda_attention;
     be->attention_workspace = mf_cuda_attention_workspace;
     be->kv_write = mf_cuda_kv_write;

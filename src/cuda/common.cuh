@@ -39,6 +39,7 @@ struct mf_cuda_ctx {
     mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
     mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
     void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
+    const char *moe_path;     // how the last moe_experts ran: "decode" | "loop" | "grouped" (moe.cu); NULL before
 };
 
 // Slots of mf_cuda_ctx::err_count: one counter per kind of device-side error.
@@ -119,6 +120,7 @@ mf_status mf_cuda_moe_router(mf_backend *be, const mf_moe_router_args *args);   
 mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.cu
 mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu
 mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
+bool mf_cuda_moe_experts_capturable(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
 void mf_cuda_moe_release(mf_cuda_ctx *c); // moe.cu: frees c->cublas
 mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *args); // attention.cu
 mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes);

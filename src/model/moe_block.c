@@ -5,6 +5,7 @@
 // dense MLP's output. The session sizes s->moe_ws with mf_moe_block_workspace
 // for its step's T rows, once at create.
 #include "model/moe_block.h"
+#include "ops/moe_loop.h"
 
 static void fill_args(const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x, const mf_tensor *residual,
                       const mf_tensor *out, mf_moe_args *a) {
@@ -30,4 +31,12 @@ mf_status mf_moe_block_workspace(mf_backend *be, const mf_moe_layer *L, const mf
     mf_moe_args a;
     fill_args(L, r, x, NULL, out, &a);
     return mf_moe_workspace(be, &a, bytes);
+}
+
+bool mf_moe_block_capturable(mf_backend *be, const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x,
+                             const mf_tensor *out, void *workspace, size_t workspace_bytes) {
+    mf_moe_args a;
+    fill_args(L, r, x, NULL, out, &a);
+    a.workspace = workspace, a.workspace_bytes = workspace_bytes;
+    return mf_moe_capturable(be, &a);
 }

@@ -46,6 +46,11 @@ typedef struct {
     size_t workspace_bytes;
 } mf_moe_block_args;
 
+// Whether mf_moe_block with these shapes (and this workspace) queues no host
+// sync on be, so that a CUDA Graph can record it (mf_moe_capturable).
+bool mf_moe_block_capturable(mf_backend *be, const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x,
+                             const mf_tensor *out, void *workspace, size_t workspace_bytes);
+
 mf_status mf_moe_block_workspace(mf_backend *be, const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x,
                                  const mf_tensor *out, size_t *bytes);
 

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "core/error.h"
 #include "model/session.h"
+#include "ops/moe_loop.h"
 
 enum {
     kMaxStepTokens = 8192,  // token rows per step: bounds the activations (longer inputs are split)
@@ -131,11 +132,39 @@ static mf_status moe_ws_bytes(const mf_model *m, int64_t T, size_t *bytes);
 // Graphs need a backend that records them and an attention whose launches do
 // not depend on the sequence lengths: the flash path reads them from device
 // memory; the classic path sizes its GEMMs by them on the host. A
-// mixture-of-experts MLP cannot be recorded either: the CUDA expert loop
-// reads the E + 1 expert offsets back to the host every layer (a sync) and
-// sizes each expert's GEMMs by them, which a replayed graph would freeze.
+// mixture-of-experts model is recorded only for decode steps of at most
+// s->moe_graph_rows sequences (see moe_graph_rows).
 static bool graphs_possible(const mf_session *s) {
-    return s->be->graph_begin != NULL && s->m->attn == MF_ATTN_FLASH && s->m->spec.n_experts == 0;
+    return s->be->graph_begin != NULL && s->m->attn == MF_ATTN_FLASH;
+}
+
+// MoE models: the largest decode step (T sequences, one token each) whose
+// every MoE layer queues no host sync, so that a graph can record it. On
+// CUDA that is the experts' decode path (T * top_k <= MF_MOE_DECODE_MAX_ROWS
+// assignments and shapes it takes, docs/notes/moe.md); above it the expert
+// loop reads the expert offsets back to the host every layer and sizes each
+// expert's GEMMs by them, which a replayed graph would freeze, so those
+// steps run plainly. 0: no step is recorded (dense models do not ask).
+static int32_t moe_graph_rows(const mf_session *s) {
+    const mf_model *m = s->m;
+    if (m->spec.n_experts == 0 || !s->be->graph_begin || !s->moe_ws) return 0;
+    int32_t best = 0;
+    for (int64_t T = 1; T <= s->step_tokens && T <= s->max_batch && T <= MF_MOE_DECODE_MAX_ROWS; T++) {
+        const int64_t shape[2] = {T, m->spec.hidden};
+        const int64_t span = T * m->spec.hidden * (int64_t)mf_dtype_size(m->dtype) + 256;
+        for (int32_t l = 0; l < m->spec.n_layers; l++) {
+            mf_moe_layer ml;
+            mf_moe_routing r;
+            mf_forward_moe_layer(m, l, &ml, &r);
+            mf_tensor x, out; // placeholders: only the shapes matter (as in moe_ws_bytes)
+            if (mf_tensor_make(&x, (void *)(uintptr_t)256, m->dtype, ml.router.device, 2, shape) != MF_OK ||
+                mf_tensor_make(&out, (void *)(uintptr_t)(256 + span), m->dtype, ml.router.device, 2, shape) != MF_OK ||
+                !mf_moe_block_capturable(s->be, &ml, &r, &x, &out, s->moe_ws, s->moe_ws_bytes))
+                return best;
+        }
+        best = (int32_t)T;
+    }
+    return best;
 }
 
 // Scratch bytes for a session of this size (arena capacity).
@@ -275,6 +304,7 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
     }
     if (st == MF_OK && m->attn == MF_ATTN_FLASH) st = alloc_attn_workspace(s, &d);
     if (st == MF_OK) st = alloc_moe_workspace(s, &d);
+    if (st == MF_OK) s->moe_graph_rows = moe_graph_rows(s);
     if (st != MF_OK) {
         mf_session_free(s);
         return st;
@@ -574,7 +604,8 @@ static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, 
                          const int64_t *offsets, mf_logits_mode mode, const fwd_out *out) {
     s->call_t0 = now_us(), s->call_host_us = -1, s->call_ops = 0, s->call_launches = -1, s->call_graph = false;
     const int64_t total = offsets[n_seqs], vocab = s->m->spec.vocab;
-    if (s->graphs && !s->prof_on && out && total == n_seqs && total <= s->step_tokens) {
+    if (s->graphs && !s->prof_on && out && total == n_seqs && total <= s->step_tokens &&
+        (s->m->spec.n_experts == 0 || total <= s->moe_graph_rows)) {
         int32_t n_segs;
         MF_TRY(stage_step(s, n_seqs, seq_ids, tokens, offsets, 0, 0, total, &n_segs));
         mf_status st = graph_step(s, n_segs, out);

@@ -98,6 +98,7 @@ struct mf_session {
 
     // decode-step graphs, one per batch size (mf_session_set_graphs)
     bool graphs;             // use them (default: when the backend records graphs)
+    int32_t moe_graph_rows;  // MoE models: decode steps of up to this many sequences are recorded (0: none)
     bool recording;          // forward ops are being recorded into a graph
     struct {
         int32_t n_seqs;      // 0: empty entry

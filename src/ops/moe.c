@@ -2,8 +2,10 @@
 // experts, combine) and the whole layer mf_moe, which runs them in order on
 // caller-provided scratch. The expert FFNs are a loop over the non-empty
 // experts of mf_gemm / mf_act calls on their rows (OpenBLAS on the CPU,
-// cuBLASLt on CUDA) unless the backend has a grouped moe_experts entry.
+// cuBLASLt on CUDA) unless the backend's moe_experts entry takes them (CUDA:
+// the small-batch decode kernels, or the grouped GEMM).
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -462,6 +464,20 @@ mf_status mf_moe_workspace(mf_backend *be, const mf_moe_args *p, size_t *bytes) 
     moe_scratch s;
     *bytes = plan_scratch(p, E, rows1, srows1, NULL, be->device, &s);
     return MF_OK;
+}
+
+bool mf_moe_capturable(mf_backend *be, const mf_moe_args *p) {
+    if (mf_check_call(be, p, "moe") != MF_OK) return false;
+    int64_t E = 0, rows1 = 0, srows1 = 0;
+    if (moe_check(be, p, &E, &rows1, &srows1) != MF_OK) return false;
+    if (!be->graph_begin || !be->moe_experts_capturable) return false;
+    // The other parts (router GEMM and kernel, permutation, gather, shared
+    // expert, combine) are stream-ordered launches whatever the shapes.
+    moe_scratch s;
+    plan_scratch(p, E, rows1, srows1, p->workspace ? p->workspace : (void *)(uintptr_t)256, be->device, &s);
+    const mf_moe_experts_args ex = {.x = s.xs, .offsets = s.offsets, .w1 = p->w1, .w2 = p->w2, .h = s.h, .y = s.xs,
+                                    .ffn = p->ffn};
+    return be->moe_experts_capturable(be, &ex);
 }
 
 mf_status mf_moe(mf_backend *be, const mf_moe_args *p) {
