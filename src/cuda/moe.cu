@@ -244,14 +244,14 @@ struct GatherParams {
     const int32_t *sorted;  // (N)
     int64_t N, row_bytes;   // H * element size
     int k;
-    bool vec;               // 16-byte pieces: row_bytes % 16 == 0 and every row 16-byte aligned
+    int piece;              // bytes per copy: 16, 4 or 2, the widest that divides the row and aligns every row
 };
 
 // Grid-stride over (row, 16-byte piece) pairs (2- or 4-byte pieces when not
 // aligned): xs[r] = x[sorted[r] / k]. A pure copy, so dtype-free.
 __global__ void moe_gather_kernel(GatherParams p) {
     const int64_t step = (int64_t)gridDim.x * blockDim.x, tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int64_t piece = p.vec ? 16 : (p.row_bytes % 4 == 0 ? 4 : 2);
+    const int64_t piece = p.piece;
     const int64_t ppr = p.row_bytes / piece, total = p.N * ppr;
     for (int64_t i = tid; i < total; i += step) {
         const int64_t r = i / ppr, c = (i - r * ppr) * piece;
@@ -376,9 +376,14 @@ extern "C" mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_ar
     g.x = static_cast<const char *>(a->x->data), g.xs = static_cast<char *>(a->xs->data);
     g.x_rs = a->x->stride[0] * esz, g.xs_rs = a->xs->stride[0] * esz;
     g.sorted = p.sorted, g.N = N, g.row_bytes = a->x->shape[1] * esz, g.k = (int)a->ids.shape[1];
-    g.vec = g.row_bytes % 16 == 0 && rows_aligned16(a->x) && rows_aligned16(a->xs);
+    // A 16-bit view may start at an odd element or have an odd row stride:
+    // 4-byte pieces only when every row of x and xs is 4-byte aligned too.
+    const bool v16 = g.row_bytes % 16 == 0 && rows_aligned16(a->x) && rows_aligned16(a->xs);
+    const bool v4 = g.row_bytes % 4 == 0 && (uintptr_t)g.x % 4 == 0 && (uintptr_t)g.xs % 4 == 0 && g.x_rs % 4 == 0 &&
+                    g.xs_rs % 4 == 0;
+    g.piece = v16 ? 16 : v4 ? 4 : 2;
     if (g.row_bytes == 0) return MF_OK;
-    const int64_t piece = g.vec ? 16 : (g.row_bytes % 4 == 0 ? 4 : 2);
+    const int64_t piece = g.piece;
     moe_gather_kernel<<<mf_cuda_grid(c, (N * (g.row_bytes / piece) + 255) / 256), 256, 0, c->stream>>>(g);
     MF_CUDA_CHECK_LAUNCH("moe_gather_kernel");
     return MF_OK;

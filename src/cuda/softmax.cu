@@ -374,7 +374,8 @@ __device__ __forceinline__ float row_reduce(float v, int G, int cs, float *red, 
         }
     }
 #else
-    (void)cs, (void)cl;
+    (void)cl;
+    if (cs > 1) __trap(); // no cluster exchange in this image (max_cluster never plans one)
 #endif
     return v;
 }
@@ -636,6 +637,14 @@ int max_cluster(mf_cuda_ctx *c, mf_cuda_softmax_launch *s, bool bcol) {
     best = 1;
     if (c->cc_major < 9) return best;
     void (*kernel)(SmParams, int, int) = bcol ? softmax_rows_kernel<true> : softmax_rows_kernel<false>;
+    // The cluster exchange exists only in code compiled for sm_90+: a kernel
+    // JIT-compiled from compute_80 PTX (a newer GPU than the build's SASS, or
+    // an sm_80-only build on an H100) would normalise each block's slice alone.
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.ptxVersion < 90) {
+        (void)cudaGetLastError();
+        return best;
+    }
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
         (void)cudaGetLastError(); // then only portable sizes (<= 8) can pass below
     for (int cs = kClusterMax; cs >= 2; cs /= 2) {
