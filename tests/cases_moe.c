@@ -164,6 +164,7 @@ typedef struct {
     int E, k;
     routing rt; // random ids (repeats within a token allowed) or all on expert E - 1
     mf_dtype dt;
+    bool odd;   // x and xs start one element into their buffers with row stride H + 1 (16-bit: 2-byte aligned)
 } permute_p;
 
 static th_result run_permute(th_ctx *ctx, const void *params) {
@@ -175,9 +176,22 @@ static th_result run_permute(th_ctx *ctx, const void *params) {
     th_buf *bo = th_tensor(ctx, MF_DTYPE_I32, 1, (const int64_t[]){E + 1}, NULL, &off);
     th_buf *bs = th_tensor(ctx, MF_DTYPE_I32, 1, &N, NULL, &sorted);
     th_buf *bv = th_tensor(ctx, MF_DTYPE_I32, 1, &N, NULL, &inv);
-    th_buf *bx = th_tensor(ctx, p->dt, 2, (const int64_t[]){T, H}, NULL, &x);
-    th_buf *bxs = th_tensor(ctx, p->dt, 2, (const int64_t[]){N, H}, NULL, &xs);
-    th_fill(ctx, bx, &x, NULL);
+    th_buf *bx, *bxs;
+    const int64_t o = p->odd ? 1 : 0, ld = H + o; // x (t, i) is element o + t ld + i of its buffer
+    if (p->odd) {
+        bx = th_buf_new(ctx, p->dt, T * ld + o);
+        x = th_view(ctx, bx, 2, (const int64_t[]){T, H}, (const int64_t[]){ld, 1});
+        x.data = (char *)x.data + mf_dtype_size(p->dt);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < H; i++) th_set(bx, o + t * ld + i, th_rng_unif(&ctx->rng, -1, 1));
+        bxs = th_buf_new(ctx, p->dt, N * ld + o);
+        xs = th_view(ctx, bxs, 2, (const int64_t[]){N, H}, (const int64_t[]){ld, 1});
+        xs.data = (char *)xs.data + mf_dtype_size(p->dt);
+    } else {
+        bx = th_tensor(ctx, p->dt, 2, (const int64_t[]){T, H}, NULL, &x);
+        bxs = th_tensor(ctx, p->dt, 2, (const int64_t[]){N, H}, NULL, &xs);
+        th_fill(ctx, bx, &x, NULL);
+    }
     // Skewed by default: expert e drawn as floor(E u^2), so low experts are busy and high ones often empty.
     for (int64_t a = 0; a < N; a++) {
         const double u = th_rng_unif(&ctx->rng, 0, 1);
@@ -192,7 +206,7 @@ static th_result run_permute(th_ctx *ctx, const void *params) {
         for (int64_t a = 0; a < N; a++)
             if ((int)th_get(bi, a) == e) {
                 rs[r] = (double)a, rv[a] = (double)r;
-                for (int64_t i = 0; i < H; i++) rx[r * H + i] = th_get(bx, (a / p->k) * H + i);
+                for (int64_t i = 0; i < H; i++) rx[r * H + i] = th_get(bx, o + (a / p->k) * ld + i);
                 r++;
             }
     }
@@ -203,7 +217,18 @@ static th_result run_permute(th_ctx *ctx, const void *params) {
     bool ok = th_check(ctx, bo, &off, ro, zero, "offsets");
     ok &= th_check(ctx, bs, &sorted, rs, zero, "sorted");
     ok &= th_check(ctx, bv, &inv, rv, zero, "inv");
-    ok &= th_check(ctx, bxs, &xs, rx, zero, "xs");
+    if (!p->odd) {
+        ok &= th_check(ctx, bxs, &xs, rx, zero, "xs");
+        return ok ? TH_PASS : TH_FAIL;
+    }
+    // Offset view: check the whole buffer (the harness's view check assumes a
+    // view at the buffer's start); outside the view it keeps its poison.
+    double *rf = th_scratch(ctx, (size_t)bxs->n * sizeof(double)), *zf = th_scratch(ctx, (size_t)bxs->n * sizeof(double));
+    for (int64_t e = 0; e < bxs->n; e++) rf[e] = th_get(bxs, e), zf[e] = 0.0;
+    for (int64_t rr = 0; rr < N; rr++)
+        for (int64_t i = 0; i < H; i++) rf[o + rr * ld + i] = rx[rr * H + i];
+    const mf_tensor flat = th_view(ctx, bxs, 1, &bxs->n, NULL);
+    ok &= th_check(ctx, bxs, &flat, rf, zf, "xs");
     return ok ? TH_PASS : TH_FAIL;
 }
 
@@ -641,6 +666,13 @@ void th_cases_moe(th_list *l) {
             th_add(l, run_permute, &p, sizeof p, "moe(part=permute,dtype=%s,T=%lld,H=%lld,E=%d,k=%d,routing=%s)",
                    mf_dtype_name(p.dt), (long long)p.T, (long long)p.H, p.E, p.k, routing_names[p.rt]);
         }
+    // Views that start at an odd 16-bit element with an odd row stride: the
+    // gather must not take 4-byte pieces there (H even: row_bytes % 4 == 0).
+    for (int d = 1; d < 3; d++) {
+        permute_p p = {.T = 37, .H = 24, .E = 8, .k = 2, .rt = RT_RANDOM, .dt = dts[d], .odd = true};
+        th_add(l, run_permute, &p, sizeof p, "moe(part=permute,dtype=%s,T=%lld,H=%lld,E=%d,k=%d,routing=%s,offset=1,ld=%lld)",
+               mf_dtype_name(p.dt), (long long)p.T, (long long)p.H, p.E, p.k, routing_names[p.rt], (long long)(p.H + 1));
+    }
     // 3. Combine alone: shared on/off, gate, residual none / separate / in place, dtypes.
     for (int c = 0; c < 12; c++) {
         combine_p p = {.T = (int64_t[]){1, 3, 128, 257}[c % 4], .H = (int64_t[]){8, 72, 33}[c % 3], .k = ks[c % 3],
