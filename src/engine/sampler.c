@@ -520,6 +520,7 @@ mf_status mf_sampler_sample_candidates(mf_sampler *s, mf_rng *rng, const int32_t
         // Min-p keeps nothing below the last candidate when its scaled logit
         // is under min-p's bound (w < min_p there and beyond).
         if (!complete && p->min_p > 0.0f && (vals[m - 1] - xmax) * inv_t < logf(p->min_p) - 1e-3f) complete = true;
+        if (!complete && !top_p) return MF_ERR_UNSUPPORTED; // min-p alone keeps ids past the candidates
         if (top_p) {
             const double z = stats[1];
             if (!(z >= 1.0 - CAND_Z_REL) || isinf(z)) return MF_ERR_UNSUPPORTED; // the best alone has w = 1
