@@ -50,6 +50,7 @@ struct mf_backend {
     void (*graph_free)(mf_backend *be, void *graph);
 
     mf_status (*argmax)(mf_backend *be, const mf_argmax_args *args);
+    mf_status (*topk)(mf_backend *be, const mf_topk_args *args);
     // MoE parts (mf_moe composes them in src/ops/moe.c); moe_experts NULL: the
     // generic loop of be->gemm / be->act per expert in src/ops/moe.c
     mf_status (*moe_router)(mf_backend *be, const mf_moe_router_args *args);

@@ -501,6 +501,163 @@ static void test_sampler_seed(void) {
     }
 }
 
+// ---- sampler: drawing from device candidates ----------------------------------------------
+
+// One row's mf_topk on the CPU backend (the CPU twin the engine's candidate
+// path runs on CPU sessions).
+static mf_status cpu_topk(mf_backend *cpu, const float *x, int64_t V, int32_t k, float scale, int32_t *ids,
+                          float *vals, float *stats) {
+    mf_topk_args a = {.k = k, .scale = scale};
+    const int64_t xs[2] = {1, V}, os[2] = {1, k}, ss[2] = {1, 2};
+    mf_status st;
+    if ((st = mf_tensor_make(&a.x, (void *)x, MF_DTYPE_F32, MF_DEVICE_CPU, 2, xs)) != MF_OK ||
+        (st = mf_tensor_make(&a.ids, ids, MF_DTYPE_I32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
+        (st = mf_tensor_make(&a.vals, vals, MF_DTYPE_F32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
+        (st = mf_tensor_make(&a.stats, stats, MF_DTYPE_F32, MF_DEVICE_CPU, 2, ss)) != MF_OK)
+        return st;
+    return mf_topk(cpu, &a);
+}
+
+// Logit rows of several shapes: ordinary with outliers, ties everywhere,
+// mostly -inf (fewer finite values than k), flat (top-p reaches far past the
+// candidates), one dominant logit, and a tiny vocabulary.
+enum { CAND_SHAPES = 6 };
+static int64_t cand_logits(int shape, float *x) {
+    static const int64_t Vs[CAND_SHAPES] = {2000, 3000, 1500, 5000, 4000, 7};
+    const int64_t V = Vs[shape];
+    random_logits(x, V);
+    for (int64_t i = 0; i < V; i++) {
+        if (shape == 1) x[i] = roundf(x[i] * 4.0f) / 4.0f;
+        if (shape == 2 && rnext() % 10 < 7) x[i] = -INFINITY;
+        if (shape == 3) x[i] = (float)(0.2 * runif() - 0.1);
+    }
+    if (shape == 2) x[V / 2] = 1.0f; // at least one finite value
+    if (shape == 4) x[rnext() % V] = 20.0f;
+    return V;
+}
+
+// The candidate path draws the host's token for the same seed, or declines
+// (MF_ERR_UNSUPPORTED) with the rng untouched; never another token. Over
+// shapes x temperatures x filter settings x seeds, with the row sum as the
+// CPU twin gives it and moved by +-3e-6 relative (inside the sampler's bound
+// CAND_Z_REL, as a GPU's different expf and summation order may move it).
+static void test_sampler_candidates(void) {
+    CASE("sampler: draws from mf_topk candidates = host draws, seed for seed (or declined, rng untouched)") {
+        mf_backend *cpu = NULL;
+        if (mf_backend_init("cpu", &cpu) != MF_OK) {
+            fail("cpu backend: %s", mf_last_error());
+            break;
+        }
+        float *x = malloc(5000 * sizeof *x), *vals = malloc(MF_TOPK_MAX * sizeof *vals);
+        int32_t *ids = malloc(MF_TOPK_MAX * sizeof *ids);
+        static const float temps[4] = {0.25f, 0.7f, 1.0f, 1.6f};
+        static const struct { int32_t top_k; float top_p, min_p; bool want_k; } cfg[] = {
+            {2, 0, 0, true},       {5, 0, 0, true},          {40, 0, 0, true},       {1024, 0, 0, true},
+            {1025, 0, 0, false},   {0, 0.5f, 0, true},       {0, 0.9f, 0, true},     {0, 0.99f, 0, true},
+            {0, 0, 0.05f, true},   {0, 0.9f, 0.2f, true},    {50, 0.8f, 0, true},    {50, 0.9f, 0.1f, true},
+            {0, 0, 0, false},      {0, 1.0f, 0, false},
+        };
+        const int n_cfg = (int)(sizeof cfg / sizeof cfg[0]);
+        int64_t same = 0, declined = 0, declined_k = 0, compared = 0;
+        for (int shape = 0; shape < CAND_SHAPES && case_ok; shape++) {
+            const int64_t V = cand_logits(shape, x);
+            for (int t = 0; t < 4 && case_ok; t++)
+                for (int c = 0; c < n_cfg && case_ok; c++) {
+                    mf_sampler_params p = {.temperature = temps[t], .top_k = cfg[c].top_k, .top_p = cfg[c].top_p,
+                                           .min_p = cfg[c].min_p};
+                    const int32_t k = mf_sampler_candidates_k(&p, V);
+                    const int32_t want_k = !cfg[c].want_k ? 0 : cfg[c].top_k > 1 ? cfg[c].top_k : MF_TOPK_MAX;
+                    CHECK(k == (want_k < V ? want_k : (int32_t)V), "shape %d config %d: candidates_k %d", shape, c, k);
+                    if (k == 0) continue;
+                    float stats[2];
+                    const float scale = mf_sampler_candidates_scale(&p);
+                    if (cpu_topk(cpu, x, V, k, scale, ids, vals, stats) != MF_OK) {
+                        fail("topk: %s", mf_last_error());
+                        break;
+                    }
+                    mf_sampler *s = NULL;
+                    if (mf_sampler_create(&p, V, &s) != MF_OK) {
+                        fail("create: %s", mf_last_error());
+                        break;
+                    }
+                    for (int z = 0; z < 3; z++) {
+                        float st2[2] = {stats[0], stats[1] * (float)(z == 0 ? 1.0 : z == 1 ? 1.0 - 3e-6 : 1.0 + 3e-6)};
+                        for (uint64_t seed = 0; seed < 25; seed++) {
+                            mf_rng ra, rb, r0;
+                            mf_rng_seed(&ra, seed * 7919 + (uint64_t)c), rb = ra, r0 = ra;
+                            int32_t ia = -1, ib = -1;
+                            mf_status sa = mf_sampler_sample_rng(s, &ra, x, NULL, 0, &ia);
+                            mf_status sb = mf_sampler_sample_candidates(s, &rb, ids, vals, k, st2, &ib);
+                            compared++;
+                            if (sa != MF_OK) {
+                                fail("host: %s", mf_last_error());
+                            } else if (sb == MF_ERR_UNSUPPORTED) {
+                                declined++;
+                                declined_k += cfg[c].top_k > 1;
+                                CHECK(!memcmp(&rb, &r0, sizeof rb), "shape %d T %g config %d: declined but used the rng",
+                                      shape, (double)temps[t], c);
+                            } else {
+                                CHECK(sb == MF_OK && ia == ib && !memcmp(&ra, &rb, sizeof ra),
+                                      "shape %d T %g config %d z %d seed %llu: host %d, candidates %d (%s)", shape,
+                                      (double)temps[t], c, z, (unsigned long long)seed, (int)ia, (int)ib,
+                                      sb == MF_OK ? "ok" : mf_last_error());
+                                same += sb == MF_OK && ia == ib;
+                            }
+                        }
+                    }
+                    mf_sampler_free(s);
+                }
+        }
+        printf("  %lld draws compared: %lld identical from the candidates, %lld declined (logits path)\n",
+               (long long)compared, (long long)same, (long long)declined);
+        CHECK(declined_k == 0, "%lld top-k draws declined (top-k candidates are always exact)", (long long)declined_k);
+        CHECK(same > compared / 2 && declined > 0, "want most draws from the candidates and some declined (flat rows)");
+
+        // Refusals: the host sampler's messages.
+        mf_sampler_params p = {.temperature = 1.0f, .top_k = 3};
+        mf_sampler *s = NULL;
+        if (mf_sampler_create(&p, 10, &s) == MF_OK) {
+            float y[10], stats[2];
+            const float bad[2] = {NAN, INFINITY};
+            for (int b = 0; b < 3; b++) {
+                for (int i = 0; i < 10; i++) y[i] = b == 2 ? -INFINITY : (float)i;
+                if (b < 2) y[6] = bad[b], y[8] = bad[1 - b];
+                char want[256];
+                mf_rng r;
+                mf_rng_seed(&r, 1);
+                int32_t id;
+                mf_status sa = mf_sampler_sample_rng(s, &r, y, NULL, 0, &id);
+                snprintf(want, sizeof want, "%s", mf_last_error());
+                mf_status sb = cpu_topk(cpu, y, 10, 3, 1.0f, ids, vals, stats);
+                if (sb == MF_OK) sb = mf_sampler_sample_candidates(s, &r, ids, vals, 3, stats, &id);
+                CHECK(sa == MF_ERR_INVALID_ARG && sb == sa && !strcmp(want, mf_last_error()),
+                      "bad row %d: host '%s', candidates '%s'", b, want, mf_last_error());
+                n_bad_inputs++;
+            }
+            // Candidates out of rank order or out of range are refused, not drawn from.
+            int32_t bi[3] = {4, 5, 3};
+            float bv[3] = {2.0f, 3.0f, 1.0f}, bs[2] = {3.0f, 2.0f};
+            int32_t id;
+            mf_rng r;
+            mf_rng_seed(&r, 1);
+            CHECK(mf_sampler_sample_candidates(s, &r, bi, bv, 3, bs, &id) == MF_ERR_INVALID_ARG &&
+                      strstr(mf_last_error(), "out of rank order"),
+                  "unordered candidates: '%s'", mf_last_error());
+            bi[0] = 10, bv[0] = 4.0f;
+            CHECK(mf_sampler_sample_candidates(s, &r, bi, bv, 3, bs, &id) == MF_ERR_INVALID_ARG &&
+                      strstr(mf_last_error(), "candidate 0 is (10"),
+                  "id out of range: '%s'", mf_last_error());
+            CHECK(mf_sampler_sample_candidates(s, &r, bi, bv, 11, bs, &id) == MF_ERR_INVALID_ARG, "k 11 > vocab 10 accepted");
+            n_bad_inputs += 3;
+            mf_sampler_free(s);
+        }
+        free(x);
+        free(vals);
+        free(ids);
+        mf_backend_free(cpu);
+    }
+}
+
 // ---- a fake model --------------------------------------------------------------------------
 // Slots keep their token history; each forward checks the contract (distinct
 // slots, offsets, ids in range, max_seq) and returns logits that depend only
@@ -534,6 +691,7 @@ typedef struct {
     mf_backend *cpu;
     float *lg;          // (max_batch, vocab)
     int64_t greedy_calls;
+    int64_t topk_calls, logit_reads, lg_rows; // forward_topk: calls, rows read back, rows of lg valid
 } fake_model;
 
 static float hash_logit(int32_t a, int32_t b, int64_t j) {
@@ -610,6 +768,38 @@ static mf_status fake_forward_greedy(void *ctx, int32_t n_seqs, const int32_t *s
     return mf_argmax(f->cpu, &a);
 }
 
+// The candidate path of a source: forward's logits, reduced by the real op
+// (CPU backend); read_logits gives a row of them back.
+static mf_status fake_forward_topk(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                   const int64_t *offsets, int32_t k, float scale, int32_t *ids, float *vals,
+                                   float *stats) {
+    fake_model *f = ctx;
+    f->topk_calls++;
+    f->lg_rows = 0;
+    mf_status st = fake_forward(ctx, n_seqs, seq_ids, tokens, offsets, f->lg);
+    if (st != MF_OK) return st;
+    f->lg_rows = n_seqs;
+    mf_topk_args a = {.k = k, .scale = scale};
+    const int64_t xs[2] = {n_seqs, f->vocab}, os[2] = {n_seqs, k}, ss[2] = {n_seqs, 2};
+    if ((st = mf_tensor_make(&a.x, f->lg, MF_DTYPE_F32, MF_DEVICE_CPU, 2, xs)) != MF_OK ||
+        (st = mf_tensor_make(&a.ids, ids, MF_DTYPE_I32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
+        (st = mf_tensor_make(&a.vals, vals, MF_DTYPE_F32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
+        (st = mf_tensor_make(&a.stats, stats, MF_DTYPE_F32, MF_DEVICE_CPU, 2, ss)) != MF_OK)
+        return st;
+    return mf_topk(f->cpu, &a);
+}
+
+static mf_status fake_read_logits(void *ctx, int32_t row, float *logits) {
+    fake_model *f = ctx;
+    if (row < 0 || row >= f->lg_rows) {
+        f->contract_broken = true;
+        return MF_ERR_UNSUPPORTED;
+    }
+    f->logit_reads++;
+    memcpy(logits, f->lg + (int64_t)row * f->vocab, (size_t)f->vocab * sizeof *logits);
+    return MF_OK;
+}
+
 static mf_status fake_reset(void *ctx, int32_t seq) {
     fake_model *f = ctx;
     if (seq < 0 || seq >= f->max_batch) return MF_ERR_INVALID_ARG;
@@ -645,6 +835,8 @@ static mf_gen_source fake_source_greedy(fake_model *f, const mf_tokenizer *tok) 
     if (!f->cpu && mf_backend_init("cpu", &f->cpu) != MF_OK) fail("cpu backend: %s", mf_last_error());
     if (!f->lg) f->lg = malloc((size_t)(f->max_batch * f->vocab) * sizeof *f->lg);
     s.forward_greedy = fake_forward_greedy;
+    s.forward_topk = fake_forward_topk;
+    s.read_logits = fake_read_logits;
     return s;
 }
 
@@ -943,6 +1135,107 @@ static void test_generate_device_greedy(const mf_tokenizer *tok) {
                           (poison[c].kind != 2 || strstr(msg[host], "+inf")),
                       "poison %d (%s): %s '%s', want '%s...%s'", c, host ? "host" : "argmax", mf_status_str(st[host]),
                       msg[host], where, what);
+            n_bad_inputs += 2;
+        }
+    }
+}
+
+// Sampling through the source's top-k candidates = host sampling, token for
+// token, over filter settings and seeds; candidates used exactly when the
+// sampler says they can be exact (decode steps only: the prefill returns
+// logits), a row's logits read back when its candidates do not decide; a
+// poisoned decode row refused with the host's message.
+static void test_generate_device_candidates(const mf_tokenizer *tok) {
+    CASE("generate (fake): sampling from the source's top-k candidates = host sampling, token for token") {
+        const int64_t V = mf_tokenizer_vocab_size(tok);
+        const char *prompts[3] = {"The quick brown fox", "A", "Lorem ipsum dolor sit amet"};
+        mf_prompts pr = {.n = 3, .texts = prompts};
+        const mf_sampler_params kinds[] = {
+            {.temperature = 0.7f, .top_k = 5},                   // candidates
+            {.temperature = 1.0f, .top_k = 40},                  // candidates
+            {.temperature = 0.3f, .top_p = 0.9f},                // flat rows: top-p past the candidates, logits read
+            {.temperature = 1.2f, .top_p = 0.95f, .min_p = 0.05f},
+            {.temperature = 0.2f, .min_p = 0.1f},
+            {.temperature = 0.5f, .top_k = 50, .top_p = 0.8f},
+            {.temperature = 0.05f, .top_p = 0.9f},               // sharp rows: top-p within the candidates
+            {.temperature = 0.05f, .min_p = 0.5f},               // and min-p
+            {.temperature = 1.0f},                               // temperature alone: host
+            {.temperature = 1.0f, .top_k = 20, .repetition_penalty = 1.2f}, // penalty: host
+            {.temperature = 1.0f, .top_k = MF_TOPK_MAX + 1},     // above the cap: host
+        };
+        const int n_kinds = (int)(sizeof kinds / sizeof kinds[0]);
+        int64_t picks = 0, reads = 0;
+        for (int k = 0; k < n_kinds && case_ok; k++)
+            for (uint64_t seed = 1; seed <= 3 && case_ok; seed++) {
+                const bool want_cand = mf_sampler_candidates_k(&kinds[k], V) > 0;
+                mf_generate_result r[2];
+                int64_t topk_calls[2], reads_f[2];
+                bool ok = true;
+                for (int host = 0; host < 2; host++) {
+                    fake_model f;
+                    fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok));
+                    mf_gen_source src = fake_source_greedy(&f, tok);
+                    mf_generate_params p = mf_generate_params_default();
+                    p.max_new_tokens = 20;
+                    p.sampler = kinds[k];
+                    p.sampler.seed = seed * 101;
+                    p.host_sampling = host == 1;
+                    mf_status st = mf_generate_source(&src, &pr, &p, &r[host]);
+                    CHECK(st == MF_OK && !f.contract_broken, "kind %d host %d: %s", k, host, mf_last_error());
+                    ok &= st == MF_OK;
+                    topk_calls[host] = f.topk_calls, reads_f[host] = f.logit_reads;
+                    fake_free(&f);
+                }
+                if (!ok) break;
+                const mf_generate_stats *a = &r[0].stats, *b = &r[1].stats;
+                CHECK(topk_calls[0] == (want_cand ? a->decode_steps : 0) && topk_calls[1] == 0,
+                      "kind %d: %lld top-k calls for %lld decode steps (host_sampling: %lld); want %s", k,
+                      (long long)topk_calls[0], (long long)a->decode_steps, (long long)topk_calls[1],
+                      want_cand ? "one per decode step" : "none");
+                CHECK(!want_cand || (a->device_picks + a->logit_reads == a->decode_tokens && a->logit_reads == reads_f[0]),
+                      "kind %d: %lld picks from candidates + %lld logit reads != %lld decode tokens", k,
+                      (long long)a->device_picks, (long long)a->logit_reads, (long long)a->decode_tokens);
+                CHECK(b->device_picks == 0 && b->logit_reads == 0 && (want_cand || a->device_picks == 0),
+                      "kind %d: picks %lld / %lld where none were expected", k, (long long)a->device_picks,
+                      (long long)b->device_picks);
+                picks += a->device_picks, reads += a->logit_reads;
+                for (int i = 0; i < 3; i++) {
+                    const mf_generation *x = &r[0].seqs[i], *y = &r[1].seqs[i];
+                    CHECK(x->n_tokens == y->n_tokens && !memcmp(x->tokens, y->tokens, (size_t)x->n_tokens * sizeof *x->tokens) &&
+                              x->finish == y->finish && !strcmp(x->text, y->text),
+                          "kind %d seed %llu sequence %d: %lld tokens from the candidates, %lld on the host, or they differ",
+                          k, (unsigned long long)seed, i, (long long)x->n_tokens, (long long)y->n_tokens);
+                }
+                mf_generate_result_free(&r[0]);
+                mf_generate_result_free(&r[1]);
+            }
+        printf("  %lld tokens picked from candidates, %lld from logits read back\n", (long long)picks, (long long)reads);
+        CHECK(picks > 0 && reads > 0, "want both paths exercised");
+        // A poisoned row in a decode step (call 3: token 2): the host's message.
+        static const struct { int32_t row, kind; int64_t idx; } poison[3] = {{1, 1, 17}, {2, 2, 5}, {0, 3, 0}};
+        for (int c = 0; c < 3; c++) {
+            char msg[2][512];
+            mf_status st[2];
+            for (int host = 0; host < 2; host++) {
+                fake_model f;
+                fake_init(&f, FAKE_HASH, V, 4, 64, -1);
+                f.poison_call = 3, f.poison_row = poison[c].row;
+                f.poison_kind = poison[c].kind, f.poison_idx = poison[c].idx;
+                mf_gen_source src = fake_source_greedy(&f, tok);
+                mf_generate_params p = mf_generate_params_default();
+                p.max_new_tokens = 10;
+                p.sampler = (mf_sampler_params){.temperature = 0.8f, .top_k = 10, .seed = 5};
+                p.host_sampling = host == 1;
+                mf_generate_result r;
+                st[host] = mf_generate_source(&src, &pr, &p, &r);
+                snprintf(msg[host], sizeof msg[host], "%s", mf_last_error());
+                if (st[host] == MF_OK) mf_generate_result_free(&r);
+                fake_free(&f);
+            }
+            CHECK(st[0] == MF_ERR_INVALID_ARG && st[1] == st[0] && !strcmp(msg[0], msg[1]) &&
+                      strstr(msg[0], "token 2: sampler_sample: "),
+                  "poison %d: candidates %s '%s', host %s '%s'", c, mf_status_str(st[0]), msg[0], mf_status_str(st[1]),
+                  msg[1]);
             n_bad_inputs += 2;
         }
     }
@@ -1542,10 +1835,11 @@ static void e2e_bad(fixture_model *fm) {
 // (host_sampling), token for token and in text, on the fixture's batch
 // prompts together and on its prompt alone; the session's profiler sees the
 // argmax op only on the device path.
-static int prof_argmax;
+static int prof_argmax, prof_topk;
 static void prof_begin(void *u, const char *op, const char *what) {
     (void)u, (void)what;
     prof_argmax += !strcmp(op, "argmax");
+    prof_topk += !strcmp(op, "topk");
 }
 static void prof_end(void *u, const char *op, const char *what) { (void)u, (void)op, (void)what; }
 
@@ -1590,6 +1884,71 @@ static void e2e_device_greedy(fixture_model *fm) {
     }
 }
 
+// Sampling from the session's top-k candidates (mf_session_forward_topk, the
+// CPU twin of mf_topk) = host sampling (host_sampling), token for token, over
+// filter settings and seeds, on the fixture's batch prompts; one topk op per
+// decode step on the candidate path, none with host_sampling; rows whose
+// candidates do not decide are read back with mf_session_read_logits.
+static void e2e_device_candidates(fixture_model *fm) {
+    const cJSON *batch = cJSON_GetObjectItem(fm->exp, "batch");
+    const char *prompts[4];
+    int n = cJSON_GetArraySize(batch);
+    if (n > 3) n = 3;
+    prompts[0] = cJSON_GetObjectItem(fm->exp, "prompt")->valuestring;
+    for (int i = 0; i < n; i++) prompts[i + 1] = cJSON_GetObjectItem(cJSON_GetArrayItem(batch, i), "prompt")->valuestring;
+    mf_prompts pr = {.n = n + 1, .texts = prompts};
+    const mf_session_profiler prof = {.begin = prof_begin, .end = prof_end};
+    const mf_sampler_params kinds[5] = {
+        {.temperature = 0.8f, .top_k = 20},
+        {.temperature = 0.6f, .top_p = 0.9f},
+        {.temperature = 0.05f, .top_p = 0.9f},
+        {.temperature = 1.0f, .min_p = 0.2f},
+        {.temperature = 0.7f, .top_k = 40, .top_p = 0.9f, .min_p = 0.05f},
+    };
+    int64_t picks = 0, reads = 0;
+    for (int k = 0; k < 5; k++)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            mf_generate_result r[2];
+            int topk_ops[2];
+            bool ok = true;
+            for (int host = 0; host < 2; host++) {
+                mf_generate_params p = mf_generate_params_default();
+                p.max_new_tokens = 16;
+                p.ignore_eos = true;
+                p.sampler = kinds[k];
+                p.sampler.seed = seed;
+                p.host_sampling = host == 1;
+                prof_topk = 0;
+                ok &= mf_session_set_profiler(fm->sess, &prof) == MF_OK;
+                mf_status st = mf_generate(fm->sess, &pr, &p, &r[host]);
+                ok &= mf_session_set_profiler(fm->sess, NULL) == MF_OK;
+                CHECK(st == MF_OK, "%s: candidates kind %d (host %d): %s", fm->name, k, host, mf_last_error());
+                ok &= st == MF_OK;
+                topk_ops[host] = prof_topk;
+            }
+            if (!ok) return;
+            CHECK(topk_ops[0] == 15 && topk_ops[1] == 0, "%s: kind %d: %d topk ops on the candidate path (want 15), %d with host_sampling",
+                  fm->name, k, topk_ops[0], topk_ops[1]);
+            const mf_generate_stats *a = &r[0].stats;
+            CHECK(a->device_picks + a->logit_reads == a->decode_tokens && r[1].stats.device_picks == 0,
+                  "%s: kind %d: %lld picks + %lld reads != %lld decode tokens", fm->name, k, (long long)a->device_picks,
+                  (long long)a->logit_reads, (long long)a->decode_tokens);
+            picks += a->device_picks, reads += a->logit_reads;
+            for (int i = 0; i < pr.n; i++) {
+                const mf_generation *x = &r[0].seqs[i], *y = &r[1].seqs[i];
+                CHECK(x->n_tokens == 16 && x->n_tokens == y->n_tokens &&
+                          !memcmp(x->tokens, y->tokens, (size_t)x->n_tokens * sizeof *x->tokens) && !strcmp(x->text, y->text),
+                      "%s: kind %d seed %llu sequence %d: candidates != host sampling", fm->name, k,
+                      (unsigned long long)seed, i);
+            }
+            mf_generate_result_free(&r[0]);
+            mf_generate_result_free(&r[1]);
+        }
+    printf("  %s: sampling, %lld tokens from candidates, %lld from logits read back\n", fm->name, (long long)picks,
+           (long long)reads);
+    CHECK(picks > 0, "%s: no token came from the candidates", fm->name);
+}
+
 // Many calls in one process: under ASan/valgrind this is the leak check.
 static void e2e_many(fixture_model *fm, int calls) {
     const char *prompt = cJSON_GetObjectItem(fm->exp, "prompt")->valuestring;
@@ -1615,7 +1974,7 @@ static void test_e2e(const char *name, int calls) {
     static char titles[8][160]; // case names must outlive the case
     static int n_titles;
     char *title = titles[n_titles++ % 8];
-    snprintf(title, sizeof titles[0], "generate (%s, cpu): greedy = HF ids and text, stop strings, batches, bad inputs, device greedy = host, %d calls", name, calls);
+    snprintf(title, sizeof titles[0], "generate (%s, cpu): greedy = HF ids and text, stop strings, batches, bad inputs, device greedy = host, device candidates = host, %d calls", name, calls);
     CASE(title) {
         fixture_model fm;
         if (fixture_open(name, &fm)) {
@@ -1627,6 +1986,7 @@ static void test_e2e(const char *name, int calls) {
                 e2e_batch(&fm);
                 e2e_bad(&fm);
                 e2e_device_greedy(&fm);
+                e2e_device_candidates(&fm);
                 e2e_many(&fm, calls);
             }
         }
@@ -1650,6 +2010,7 @@ int main(int argc, char **argv) {
     test_sampler_filters();
     test_sampler_penalty();
     test_sampler_seed();
+    test_sampler_candidates();
 
     char path[1024];
     snprintf(path, sizeof path, "%s/tokenizers/gpt2/tokenizer.json", fixtures);
@@ -1661,6 +2022,7 @@ int main(int argc, char **argv) {
         test_generate_text(gpt2);
         test_generate_batch(gpt2);
         test_generate_device_greedy(gpt2);
+        test_generate_device_candidates(gpt2);
         test_generate_bad(gpt2);
         test_generate_oom(gpt2);
         test_generate_many(gpt2);

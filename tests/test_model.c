@@ -1528,6 +1528,162 @@ static void test_greedy_cuda(const char *fx, const char *attn) {
     fixture_close(&f);
 }
 
+// ---- sampling on the device (mf_session_forward_topk) ----------------------------------------------
+// Two sessions fed the same tokens: one returns logits, the other top-k
+// candidates and row sums. The candidates must be the top-k of the logits
+// (rank order, values bit for bit: the same LM-head GEMM feeds both), the max
+// equal, the sum within 1e-6 of the double sum of the sampler's f32 terms,
+// and mf_session_read_logits must give the logits row bit for bit. Prefill of
+// 3 prompts, decode steps at batch 3 then 2, k changed on one step (graphs:
+// the cache keys on k), bad inputs named. Then mf_generate with sampling:
+// tokens equal to host_sampling's for several filter settings and seeds.
+static int cmp_rank_desc(const float *x, int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); }
+
+static bool topk_row_ok(const float *lg, int64_t V, int32_t k, float scale, const int32_t *ids, const float *vals,
+                        const float *stats, int32_t *scratch) {
+    int32_t m = 0; // insertion-sorted top k (k is small here)
+    for (int32_t i = 0; i < V; i++) {
+        if (lg[i] == -INFINITY) continue;
+        int32_t j = m < k ? m++ : k;
+        if (j == k && !cmp_rank_desc(lg, i, scratch[k - 1])) continue;
+        if (j == k) j = k - 1;
+        while (j > 0 && cmp_rank_desc(lg, i, scratch[j - 1])) scratch[j] = scratch[j - 1], j--;
+        scratch[j] = i;
+    }
+    for (int32_t j = 0; j < k; j++) {
+        if (j < m && (ids[j] != scratch[j] || vals[j] != (lg[scratch[j]] == 0.0f ? 0.0f : lg[scratch[j]]))) return false;
+        if (j >= m && (ids[j] != -1 || vals[j] != -INFINITY)) return false;
+    }
+    const float xmax = lg[scratch[0]];
+    double z = 0.0;
+    for (int64_t i = 0; i < V; i++) z += exp((double)((lg[i] - xmax) * scale));
+    return stats[0] == xmax && fabs(stats[1] - z) <= 1e-6 * z;
+}
+
+static void topk_sessions(const char *name, mf_model *m, const fixture *f, bool graphs) {
+    const int64_t V = m->spec.vocab, NP = f->n_prompt < 10 ? f->n_prompt : 10;
+    const int32_t K1 = V < 20 ? (int32_t)V : 20, K2 = V < MF_TOPK_MAX ? (int32_t)V : MF_TOPK_MAX;
+    const float scale = 1.0f / 0.8f;
+    mf_session *sa = NULL, *sb = NULL;
+    float *lg = malloc((size_t)(4 * V) * sizeof *lg), *row = malloc((size_t)V * sizeof *row);
+    int32_t *ids = malloc((size_t)(4 * K2) * sizeof *ids), *scratch = malloc((size_t)(K2 + 1) * sizeof *scratch);
+    float *vals = malloc((size_t)(4 * K2) * sizeof *vals), stats[8];
+    int32_t *tok = malloc((size_t)(3 * NP) * sizeof *tok);
+    if (!check_ok(name, mf_session_create(m, 4, 64, &sa)) || !check_ok(name, mf_session_create(m, 4, 64, &sb))) goto out;
+    int32_t slots[3] = {2, 0, 3}, cur[3];
+    int64_t off[4] = {0}, o1[4] = {0, 1, 2, 3};
+    for (int32_t i = 0; i < 3; i++) {
+        const int64_t n = NP - 2 * i > 0 ? NP - 2 * i : 1;
+        for (int64_t t = 0; t < n; t++) tok[off[i] + t] = f->prompt[(t + 3 * i) % f->n_prompt];
+        off[i + 1] = off[i] + n;
+    }
+    bool ok = check_ok(name, mf_session_forward(sa, 3, slots, tok, off, MF_LOGITS_LAST, lg)) &&
+              check_ok(name, mf_session_forward_topk(sb, 3, slots, tok, off, K1, scale, ids, vals, stats));
+    int32_t nb = 3, K = K1;
+    int64_t rows = 0, good = 0, reads_good = 0, graph_steps = 0;
+    for (int s = 0; ok && s < 10; s++) {
+        for (int32_t i = 0; i < nb; i++) {
+            good += topk_row_ok(lg + i * V, V, K, scale, ids + i * K, vals + i * K, stats + 2 * i, scratch);
+            reads_good += mf_session_read_logits(sb, i, row) == MF_OK && !memcmp(row, lg + i * V, (size_t)V * sizeof *row);
+            cur[i] = ids[i * K];
+        }
+        rows += nb;
+        if (s == 6) nb = 2;
+        K = s == 3 ? K2 : K1;
+        mf_session_stats st;
+        ok = check_ok(name, mf_session_forward(sa, nb, slots, cur, o1, MF_LOGITS_LAST, lg)) &&
+             check_ok(name, mf_session_forward_topk(sb, nb, slots, cur, o1, K, scale, ids, vals, stats));
+        if (ok && check_ok(name, mf_session_get_stats(sb, &st))) graph_steps += st.graph;
+    }
+    if (!ok) goto out;
+    mf_session_stats st;
+    check_ok(name, mf_session_get_stats(sb, &st));
+    // graphs: (3, K1), (3, K2) once, (2, K1); every decode step of sb replays one
+    const int64_t want_rec = graphs ? (K1 == K2 ? 2 : 3) : 0, want_graph_steps = graphs ? 10 : 0;
+    report(good == rows && reads_good == rows && st.graphs_recorded == want_rec && graph_steps == want_graph_steps, name,
+           "%lld of %lld candidate rows = the logits' top-k and row sums, %lld logits rows read back equal; %lld "
+           "graphs recorded (want %lld), %lld of 10 decode steps replayed (want %lld)",
+           (long long)good, (long long)rows, (long long)reads_good, (long long)st.graphs_recorded, (long long)want_rec,
+           (long long)graph_steps, (long long)want_graph_steps);
+    expect_err(name, mf_session_forward_topk(sb, 1, slots, cur, o1, 0, scale, ids, vals, stats), MF_ERR_INVALID_ARG,
+               "session_forward_topk: k 0 not in", NULL);
+    expect_err(name, mf_session_forward_topk(sb, 1, slots, cur, o1, K1, 0.0f, ids, vals, stats), MF_ERR_INVALID_ARG,
+               "scale 0 not a finite value", NULL);
+    expect_err(name, mf_session_forward_topk(sb, 1, slots, cur, o1, K1, scale, ids, vals, NULL), MF_ERR_INVALID_ARG,
+               "stats is NULL", NULL);
+    expect_err(name, mf_session_read_logits(sb, 3, row), MF_ERR_UNSUPPORTED, "row 3's logits are not on the device", NULL);
+
+    // mf_generate: candidates vs host sampling, token for token.
+    const mf_sampler_params kinds[4] = {{.temperature = 0.8f, .top_k = 20},
+                                        {.temperature = 0.6f, .top_p = 0.9f},
+                                        {.temperature = 0.05f, .top_p = 0.95f, .min_p = 0.05f},
+                                        {.temperature = 1.0f, .top_k = 40, .top_p = 0.9f}};
+    const int32_t *pt[3] = {tok, tok + off[1], tok + off[2]};
+    const int64_t pn[3] = {off[1], off[2] - off[1], off[3] - off[2]};
+    mf_prompts pr = {.n = 3, .tokens = pt, .n_tokens = pn};
+    int64_t same = 0, total = 0, picks = 0;
+    for (int k = 0; k < 4; k++)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            mf_generate_result r[2];
+            bool gok = true;
+            for (int host = 0; host < 2; host++) {
+                mf_generate_params p = mf_generate_params_default();
+                p.max_new_tokens = 12, p.ignore_eos = true, p.host_sampling = host == 1;
+                p.sampler = kinds[k], p.sampler.seed = seed;
+                gok &= check_ok(name, mf_generate(sb, &pr, &p, &r[host]));
+            }
+            if (!gok) goto out;
+            for (int i = 0; i < 3; i++) {
+                total++;
+                same += r[0].seqs[i].n_tokens == r[1].seqs[i].n_tokens &&
+                        !memcmp(r[0].seqs[i].tokens, r[1].seqs[i].tokens, (size_t)r[0].seqs[i].n_tokens * sizeof(int32_t));
+            }
+            picks += r[0].stats.device_picks;
+            mf_generate_result_free(&r[0]);
+            mf_generate_result_free(&r[1]);
+        }
+    report(same == total && picks > 0, name, "%lld of %lld sampled sequences equal to host sampling's; %lld tokens picked from candidates",
+           (long long)same, (long long)total, (long long)picks);
+out:
+    mf_session_free(sa);
+    mf_session_free(sb);
+    free(lg);
+    free(row);
+    free(ids);
+    free(vals);
+    free(scratch);
+    free(tok);
+}
+
+static void test_topk_cpu(mf_backend *cpu, const char *fx) {
+    char name[128];
+    snprintf(name, sizeof name, "sampling on the device(%s, cpu)", fx);
+    fixture f;
+    mf_model *m = NULL;
+    if (fixture_open(fx, &f) && check_ok(name, mf_model_load(f.dir, cpu, NULL, &m))) topk_sessions(name, m, &f, false);
+    mf_model_free(m);
+    fixture_close(&f);
+}
+
+static void test_topk_cuda(const char *fx, const char *attn) {
+    char name[160];
+    snprintf(name, sizeof name, "sampling on the device(%s, cuda bf16, attn=%s)", fx, attn);
+    if (!mf_cuda_available()) {
+        skip(name, "no CUDA device");
+        return;
+    }
+    fixture f;
+    mf_backend *be = NULL;
+    mf_model *m = NULL;
+    mf_model_opts o = {.dtype = MF_DTYPE_BF16, .attn = attn};
+    if (fixture_open(fx, &f) && check_ok(name, mf_backend_init("cuda", &be)) &&
+        check_ok(name, mf_model_load(f.dir, be, &o, &m)))
+        topk_sessions(name, m, &f, !strcmp(attn, "flash"));
+    mf_model_free(m);
+    mf_backend_free(be);
+    fixture_close(&f);
+}
+
 // Device memory stays flat over 1,000 mf_generate calls on one session
 // (graphs recorded once and replayed, nothing allocated per call): free
 // device memory after the calls equals what it was after the first one
@@ -1617,6 +1773,9 @@ int main(int argc, char **argv) {
     test_greedy_cpu(cpu, "llama3-tiny");
     test_greedy_cpu(cpu, "mixtral-tiny");
     test_greedy_cpu(cpu, "qwen2-moe-tiny");
+    test_topk_cpu(cpu, "gpt2-tiny");
+    test_topk_cpu(cpu, "llama-tiny");
+    test_topk_cpu(cpu, "mixtral-tiny");
     for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);
@@ -1625,6 +1784,8 @@ int main(int argc, char **argv) {
         test_cuda_graphs("qwen2-moe-tiny", attns[a]); // top-4, gated shared expert
         test_greedy_cuda("gpt2-tiny", attns[a]);
         test_greedy_cuda("llama-tiny", attns[a]);
+        test_topk_cuda("gpt2-tiny", attns[a]);
+        test_topk_cuda("llama-tiny", attns[a]);
     }
     test_cuda_memory("llama-tiny");
 

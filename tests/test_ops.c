@@ -25,6 +25,7 @@
     X(act)             \
     X(copy)            \
     X(argmax)          \
+    X(topk)            \
     X(moe)             \
     X(attention)       \
     X(kv_write)

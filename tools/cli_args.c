@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "minfer/ops.h" // MF_TOPK_MAX
+
 // ---- messages and numbers ----------------------------------------------------------------
 
 // Formats the message into err and returns MF_ARGS_BAD. Arguments are shown
@@ -196,7 +198,7 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
 // Consumes a model option at argv[*i]: MF_ARGS_OK with *taken set, or MF_ARGS_BAD.
 static mf_args_result model_opt(int argc, char **argv, int *i, mf_model_args *o, bool *taken, char *err) {
     static const char *const names[] = {"-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn",
-                                        NULL};
+                                        "--topk", NULL};
     const char *a = argv[*i];
     if (!strcmp(a, "--no-graphs")) {
         o->no_graphs = true, *taken = true;
@@ -221,6 +223,10 @@ static mf_args_result model_opt(int argc, char **argv, int *i, mf_model_args *o,
         if (!u64_of(v, &o->seed)) return bad(err, "--seed %.80s: not an integer in [0, 2^64)", v);
     } else if (!strcmp(a, "--attn")) {
         o->attn = v;
+    } else if (!strcmp(a, "--topk")) {
+        int64_t k;
+        if (!int_in(v, 1, MF_TOPK_MAX, &k)) return bad(err, "--topk %.80s: not an integer in [1, %d]", v, MF_TOPK_MAX);
+        o->topk = (int32_t)k;
     } else if (!dtype_of(v, &o->dtype)) {
         return bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
     }

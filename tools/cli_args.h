@@ -56,6 +56,7 @@ typedef struct {
     const char *attn;      // --attn (NULL: flash; the library checks the name)
     bool no_graphs;        // --no-graphs: decode steps launch their ops (no CUDA Graphs)
     bool host_argmax;      // --host-argmax: bench model's greedy steps take the logits to the host
+    int32_t topk;          // --topk K: bench model's decode steps return K candidates (0: the argmax)
 } mf_model_args;
 
 // minfer score -m DIR (-p TEXT | --tokens 1,2,3) [options]

@@ -156,10 +156,13 @@ int mf_cmd_generate(int argc, char **argv) {
     int64_t sess_bytes = mf_session_bytes(s);
     fprintf(stderr,
             "minfer: prompt %lld tokens, %.1f tokens/s | generated %lld tokens, %.1f tokens/s | time to first token "
-            "%.1f ms | peak memory %.1f MB (weights %.1f + session %.1f) | %s, %s, finish: %s\n",
+            "%.1f ms | peak memory %.1f MB (weights %.1f + session %.1f) | %s, %s, finish: %s | picked on the "
+            "device %lld of %lld tokens (%s), logits read back for %lld\n",
             (long long)st->prompt_tokens, st->prefill_tok_s, (long long)st->generated_tokens, st->decode_tok_s,
             st->ttft_s * 1e3, (double)(info.weight_bytes + sess_bytes) / 1e6, (double)info.weight_bytes / 1e6,
-            (double)sess_bytes / 1e6, mf_backend_name(be), info.arch, mf_finish_reason_str(r.seqs[0].finish));
+            (double)sess_bytes / 1e6, mf_backend_name(be), info.arch, mf_finish_reason_str(r.seqs[0].finish),
+            (long long)st->device_picks, (long long)st->generated_tokens,
+            o.sp.temperature == 0.0f || o.sp.top_k == 1 ? "argmax" : "top-k candidates", (long long)st->logit_reads);
     rc = 0;
 done:
     mf_generate_result_free(&r);

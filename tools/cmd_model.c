@@ -499,6 +499,10 @@ static void bench_help(FILE *f) {
             "  --no-graphs          decode steps launch their ops (default on CUDA: one CUDA Graph per step)\n"
             "  --host-argmax        greedy tokens from logits copied to the host (default: the argmax runs on\n"
             "                       the device, mf_session_forward_greedy; column argmax says which)\n"
+            "  --topk K             decode steps return K top-k candidates per sequence and the row sums,\n"
+            "                       as sampling with top_k K (or top-p: K 1024) does (mf_session_forward_topk);\n"
+            "                       the token is the best candidate, so the sequence is the greedy one;\n"
+            "                       column argmax says topkK\n"
             "  Decode columns: dec_ops = ops per step (a graph counts the ops it recorded), dec_launches =\n"
             "  host-side launches per step (1 with a graph), dec_host_us = host time per step until all is queued.\n"
             "  --seed N             seed of the synthetic weights (default 1)\n"
@@ -516,6 +520,10 @@ typedef struct {
     float *logits;         // (B, vocab)
     float *vals;           // (B) max logits (device argmax)
     bool host_argmax;      // logits to the host and argmax there (else mf_session_forward_greedy)
+    int32_t topk;          // > 0: decode steps through mf_session_forward_topk with this k
+    int32_t *c_ids;        // (B, topk) candidates
+    float *c_vals;         // (B, topk)
+    float *c_stats;        // (B, 2)
     int32_t vocab;
     int64_t dec_ops, dec_launches; // the last decode step's ops (a graph: those it recorded) and host launches
     double dec_host_us;    // the last decode step's host time until all was queued
@@ -552,6 +560,10 @@ static mf_status run_decode_step(bench_run *r, double *secs) {
     if (r->host_argmax) {
         st = mf_session_forward(r->s, r->B, r->slots, r->cur, r->off1, MF_LOGITS_LAST, r->logits);
         for (int32_t i = 0; st == MF_OK && i < r->B; i++) r->cur[i] = argmax_row(r->logits + (int64_t)i * r->vocab, r->vocab);
+    } else if (r->topk > 0) { // the sampling path: the best candidate is the next token
+        st = mf_session_forward_topk(r->s, r->B, r->slots, r->cur, r->off1, r->topk, 1.0f, r->c_ids, r->c_vals,
+                                     r->c_stats);
+        for (int32_t i = 0; st == MF_OK && i < r->B; i++) r->cur[i] = r->c_ids[(int64_t)i * r->topk];
     } else { // the ids come back into cur once the step's tokens have been read
         st = mf_session_forward_greedy(r->s, r->B, r->slots, r->cur, r->off1, r->cur, r->vals);
     }
@@ -672,7 +684,8 @@ int mf_bench_model_main(int argc, char **argv) {
         for (int si = 0; si < ns; si++) {
             const int32_t B = (int32_t)batches[bi];
             const int64_t S = seqs[si];
-            bench_run r = {.B = B, .S = S, .vocab = in.vocab, .host_argmax = mo.host_argmax};
+            bench_run r = {.B = B, .S = S, .vocab = in.vocab, .host_argmax = mo.host_argmax,
+                           .topk = mo.host_argmax || mo.topk > in.vocab ? 0 : mo.topk};
             int32_t *prompt = malloc((size_t)(B * S) * sizeof *prompt);
             r.prompt = prompt;
             r.off = malloc((size_t)(B + 1) * sizeof *r.off);
@@ -681,10 +694,13 @@ int mf_bench_model_main(int argc, char **argv) {
             r.cur = malloc((size_t)B * sizeof *r.cur);
             r.logits = malloc((size_t)B * (size_t)in.vocab * sizeof *r.logits);
             r.vals = malloc((size_t)B * sizeof *r.vals);
+            r.c_ids = malloc((size_t)B * (size_t)(r.topk + 1) * sizeof *r.c_ids);
+            r.c_vals = malloc((size_t)B * (size_t)(r.topk + 1) * sizeof *r.c_vals);
+            r.c_stats = malloc((size_t)B * 2 * sizeof *r.c_stats);
             double *ps = calloc((size_t)iters, sizeof *ps), *ts = calloc((size_t)iters, sizeof *ts);
             double *ds = calloc((size_t)(iters * gen), sizeof *ds), *dh = calloc((size_t)(iters * gen), sizeof *dh);
             mf_status st = MF_OK;
-            if (!prompt || !r.off || !r.off1 || !r.slots || !r.cur || !r.logits || !r.vals || !ps || !ts || !ds || !dh)
+            if (!prompt || !r.off || !r.off1 || !r.slots || !r.cur || !r.logits || !r.vals || !r.c_ids || !r.c_vals || !r.c_stats || !ps || !ts || !ds || !dh)
                 st = MF_ERR_OOM, fprintf(stderr, "minfer: bench model: batch %d seq %lld: out of host memory\n", B,
                                          (long long)S);
             if (st == MF_OK) {
@@ -751,7 +767,10 @@ int mf_bench_model_main(int argc, char **argv) {
                 snprintf(c[14], 256, "%lld", (long long)r.dec_launches);
                 snprintf(c[15], 256, "%.1f", median(dh, iters * gen));
                 snprintf(c[16], 256, "%s", r.dec_graph ? "on" : "off");
-                snprintf(c[17], 256, "%s", r.host_argmax ? "host" : "device");
+                if (r.topk > 0)
+                    snprintf(c[17], 256, "topk%d", (int)r.topk);
+                else
+                    snprintf(c[17], 256, "%s", r.host_argmax ? "host" : "device");
                 snprintf(c[18], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
                 snprintf(c[19], 256, "%.1f", cuda ? NAN : peak_rss_mb());
                 snprintf(c[20], 256, "%.1f", copy_gbps);
@@ -762,7 +781,7 @@ int mf_bench_model_main(int argc, char **argv) {
                         (long long)S, 1e3 * fwd, 1e3 * dec);
             }
             mf_session_free(r.s);
-            free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(r.vals), free(ps), free(ts), free(ds), free(dh);
+            free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(r.vals), free(r.c_ids), free(r.c_vals), free(r.c_stats), free(ps), free(ts), free(ds), free(dh);
         }
     }
     mf_bench_table_print(tab, fmt, stdout);

@@ -110,8 +110,13 @@ typedef struct {
     bool host_sampling;         // false (default): greedy sampling (temperature 0 or top_k 1)
                                 // without a repetition penalty takes each step's argmax on the
                                 // device (mf_session_forward_greedy: B ids and values cross to
-                                // the host instead of B x vocab logits); true: always copy the
-                                // logits and sample on the host. Same tokens either way.
+                                // the host instead of B x vocab logits); sampling with top_k in
+                                // 2 .. MF_TOPK_MAX, or top_p / min_p, without a penalty draws each
+                                // decode step from the device's top-k candidates
+                                // (mf_session_forward_topk: B x (8 k + 8) bytes), reading a row's
+                                // logits only when its candidates do not decide the draw; true:
+                                // always copy the logits and sample on the host. Same tokens
+                                // either way (see docs/notes/decode.md).
 } mf_generate_params;
 
 // max_new_tokens 128, greedy, stop at EOS, BOS as the tokenizer does.
@@ -129,6 +134,10 @@ typedef struct {
     double total_s;           // the whole call
     double prefill_tok_s;     // prompt_tokens / prefill_s
     double decode_tok_s;      // decode_tokens / decode_s
+    int64_t device_picks;     // tokens chosen from what the device reduced the logits to (argmax,
+                              // or top-k candidates), no logits row copied to the host
+    int64_t logit_reads;      // candidate rows that did not decide the draw: their logits were
+                              // read back and sampled on the host (top-p set past the candidates)
 } mf_generate_stats;
 
 typedef struct {

@@ -119,6 +119,25 @@ mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_i
 mf_status mf_session_forward_greedy(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                                     const int64_t *offsets, int32_t *ids, float *vals);
 
+// Sampling with the logits kept on the device: as mf_session_forward_greedy,
+// but what comes back for each sequence i is mf_topk of its logits row (see
+// minfer/ops.h): ids[i k .. i k + k) and vals[..] (n_seqs x k, host), its k
+// best logits and their ids in rank order, and stats[2 i], stats[2 i + 1]
+// (n_seqs x 2, host) = the row's max and sum of expf((logit - max) * scale).
+// k in [1, min(MF_TOPK_MAX, vocab)], scale finite > 0. n_seqs x (8 k + 8)
+// bytes cross to the host instead of n_seqs x vocab x 4. Decode steps are
+// recorded and replayed as graphs (one per batch size, k and scale).
+mf_status mf_session_forward_topk(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                  const int64_t *offsets, int32_t k, float scale, int32_t *ids, float *vals,
+                                  float *stats);
+// The full logits (vocab f32, host) of row `row` (the call's sequence index)
+// of the last forward call, while they are still on the device: the rows of
+// the call's last LM-head step (every row of a decode step). For a sampler
+// that finds the candidates of mf_session_forward_topk are not enough.
+// MF_ERR_UNSUPPORTED when that row's logits are gone (rows of an earlier
+// step of a long prefill, or no forward call since an error).
+mf_status mf_session_read_logits(mf_session *s, int32_t row, float *logits);
+
 // Graphs: on a backend that records them (CUDA Graphs), a decode step (one
 // new token for each of n_seqs sequences) is recorded once per n_seqs and
 // replayed for every later step of that size, so a step costs one launch

@@ -284,6 +284,44 @@ typedef struct {
 } mf_argmax_args;
 
 mf_status mf_argmax(mf_backend *be, const mf_argmax_args *args);
+
+// ---------------------------------------------------------------------------
+// Top-k candidates per row, with the row's softmax statistics (sampling on
+// the device: B x k ids and values and 2 B statistics cross to the host
+// instead of B x vocab logits; the sampler draws from them when that is exact,
+// see src/engine/sampler.c).
+//   x: (rows, n) f32/f16/bf16, stride[1] == 1, row stride free; 1 <= n < 2^31.
+//   k: 1 .. min(n, MF_TOPK_MAX).
+//   scale: finite, > 0 (the sampler's 1 / temperature).
+//   ids: (rows, k) i32, vals: (rows, k) f32, both contiguous: row r's k largest
+//        values (as f32) and their indices, best first: the larger value
+//        first, equal values to the lower index (-0.0 equals +0.0 and comes
+//        back as +0.0), the sampler's ranking. -inf is never a candidate: a
+//        row with m < k values above -inf fills slots [m, k) with (-1, -inf).
+//   stats: (rows, 2) f32, contiguous: (max, sum) with max the row's largest
+//        value and sum = sum over the whole row of expf((x_i - max) * scale),
+//        each term in f32 as the host sampler computes its weights, summed in
+//        double (in no fixed order across backends), rounded to f32.
+//   A row holding NaN or +inf (which the sampler refuses): slot 0 = the index
+//   of the first such value and that value (NaN or +inf), slots [1, k) =
+//   (-1, -inf), stats = (NaN, NaN). A row of all -inf: every slot (-1, -inf),
+//   stats = (-inf, 0).
+//   The outputs are on the backend's device and overlap neither x nor each
+//   other. No workspace: on CUDA the op can be recorded in a graph.
+// The cap: 1024 candidates hold the top-p set of an LLM's next-token
+// distribution in all but flat cases (then the sampler falls back to the
+// logits), cost 8 KiB per row to cross (vs 4 x vocab), and fit one CUDA block's
+// shared-memory sort (1024 threads, one candidate each).
+#define MF_TOPK_MAX 1024
+
+typedef struct {
+    mf_tensor x;
+    mf_tensor ids, vals, stats;
+    int32_t k;
+    float scale;
+} mf_topk_args;
+
+mf_status mf_topk(mf_backend *be, const mf_topk_args *args);
 // Mixture-of-Experts (dropless: no capacity factor, no token dropped).
 // T tokens of width H, E experts (1..256) of FFN width I, top_k (1..8) experts
 // per token. The parts below are what mf_moe runs; each is public so that it

@@ -67,6 +67,7 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     be->act = mf_cpu_act;
     be->copy_tensor = mf_cpu_copy;
     be->argmax = mf_cpu_argmax;
+    be->topk = mf_cpu_topk;
     be->moe_router = mf_cpu_moe_router;
     be->moe_permute = mf_cpu_moe_permute;
     be->moe_combine = mf_cpu_moe_combine; // moe_experts NULL: src/ops/moe.c loops over mf_gemm

@@ -17,6 +17,7 @@ mf_status mf_cpu_rope(mf_backend *be, const mf_rope_args *args);        // rope.
 mf_status mf_cpu_act(mf_backend *be, const mf_act_args *args);          // act.c
 mf_status mf_cpu_copy(mf_backend *be, const mf_copy_args *args);        // copy.c
 mf_status mf_cpu_argmax(mf_backend *be, const mf_argmax_args *args);    // argmax.c
+mf_status mf_cpu_topk(mf_backend *be, const mf_topk_args *args);        // topk.c
 mf_status mf_cpu_moe_router(mf_backend *be, const mf_moe_router_args *args);   // moe.c
 mf_status mf_cpu_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.c
 mf_status mf_cpu_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.c

@@ -267,6 +267,7 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->graph_launch = mf_cuda_graph_launch;
     be->graph_free = mf_cuda_graph_free;
     be->argmax = mf_cuda_argmax;
+    be->topk = mf_cuda_topk;
     be->moe_router = mf_cuda_moe_router;
     be->moe_permute = mf_cuda_moe_permute;
     be->moe_combine = mf_cuda_moe_combine;

@@ -116,6 +116,7 @@ void mf_cuda_graph_free(mf_backend *be, void *graph);
 void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
 void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
 mf_status mf_cuda_argmax(mf_backend *be, const mf_argmax_args *args);   // argmax.cu
+mf_status mf_cuda_topk(mf_backend *be, const mf_topk_args *args);       // topk.cu
 mf_status mf_cuda_moe_router(mf_backend *be, const mf_moe_router_args *args);   // moe.cu
 mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.cu
 mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu

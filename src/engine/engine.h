@@ -19,6 +19,16 @@ typedef struct {
     // Used for greedy sampling without a repetition penalty.
     mf_status (*forward_greedy)(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                                 const int64_t *offsets, int32_t *ids, float *vals);
+    // Optional (NULL: none; both or neither): as forward, but each sequence's
+    // row comes back as mf_topk gives it (k candidates in rank order, and the
+    // row's max and sum of expf((logit - max) * scale)): ids, vals (n_seqs, k),
+    // stats (n_seqs, 2), as mf_session_forward_topk. read_logits then gives
+    // row `row`'s full logits of that call (vocab) when the candidates do not
+    // decide a draw. Used for decode steps of sampling that the candidates can
+    // make exact (mf_sampler_candidates_k > 0).
+    mf_status (*forward_topk)(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                              const int64_t *offsets, int32_t k, float scale, int32_t *ids, float *vals, float *stats);
+    mf_status (*read_logits)(void *ctx, int32_t row, float *logits);
     mf_status (*reset)(void *ctx, int32_t seq); // empties one slot
     int64_t vocab;           // logits per token (the model's vocabulary, maybe padded)
     int32_t max_batch;       // slots

@@ -40,6 +40,14 @@ typedef struct {
     float *logits;          // (n, vocab); NULL when the argmax comes from the source (device greedy)
     int32_t *am_ids;        // (n) a greedy step's argmax ids (device greedy)
     float *am_vals;         // (n) and their logits
+    int32_t cand_k;         // > 0: decode steps come back as this many top-k candidates per row
+    float cand_scale;       // mf_topk's scale (1 / temperature)
+    int32_t *c_ids;         // (n, cand_k) a candidate step's ids
+    float *c_vals;          // (n, cand_k) and logits
+    float *c_stats;         // (n, 2) and row (max, sum)
+    float *row;             // (vocab) a candidate row's logits, read when they do not decide
+    bool step_cand;         // the last forward call returned candidates
+    int64_t device_picks, logit_reads;
     int32_t *step_ids;      // (n) a step's rows: sequence i runs in session slot i
     int32_t *step_tokens;   // (max(n, prompt tokens)) a step's input ids
     int64_t *offsets;       // (n + 1)
@@ -91,6 +99,10 @@ static void state_free(gen_state *g) {
     free(g->logits);
     free(g->am_ids);
     free(g->am_vals);
+    free(g->c_ids);
+    free(g->c_vals);
+    free(g->c_stats);
+    free(g->row);
     free(g->step_ids);
     free(g->step_tokens);
     free(g->offsets);
@@ -261,6 +273,29 @@ static mf_status take_greedy(gen_state *g, int32_t i, int32_t id, float val) {
         return mf_fail(MF_ERR_INVALID_ARG, "generate: sequence %d, token %lld: the device argmax returned id %d, not in [0, %lld)",
                        (int)i, (long long)q->n_gen, (int)id, (long long)g->src->vocab);
     }
+    g->device_picks++;
+    return accept_token(g, i, id);
+}
+
+// A new token for sequence i from the candidates of the last step's row j:
+// drawn from them when they decide the draw, else from that row's logits.
+static mf_status take_candidate(gen_state *g, int32_t i, int32_t j) {
+    gen_seq *q = &g->seqs[i];
+    const int32_t K = g->cand_k;
+    int32_t id;
+    mf_status st = mf_sampler_sample_candidates(g->sampler, &q->rng, g->c_ids + (size_t)j * (size_t)K,
+                                                g->c_vals + (size_t)j * (size_t)K, K, g->c_stats + 2 * (size_t)j, &id);
+    if (st == MF_ERR_UNSUPPORTED) {
+        MF_TRY(g->src->read_logits(g->src->ctx, j, g->row));
+        g->logit_reads++;
+        return take_token(g, i, g->row);
+    }
+    if (st != MF_OK) {
+        char where[64];
+        snprintf(where, sizeof where, "generate: sequence %d, token %lld: ", (int)i, (long long)q->n_gen);
+        return fail_prefixed(st, where);
+    }
+    g->device_picks++;
     return accept_token(g, i, id);
 }
 
@@ -273,10 +308,24 @@ static bool device_greedy(const mf_gen_source *src, const mf_generate_params *p)
     return src->forward_greedy && !p->host_sampling && greedy && !penalty;
 }
 
+// Sampling that the device's top-k candidates can make exact: how many to
+// ask for (0: none; the argmax path or host sampling).
+static int32_t device_candidates(const mf_gen_source *src, const mf_generate_params *p) {
+    if (!src->forward_topk || !src->read_logits || p->host_sampling || device_greedy(src, p)) return 0;
+    return mf_sampler_candidates_k(&p->sampler, src->vocab);
+}
+
 // One forward call of the loop over rows [0, n_seqs) of the step arrays:
-// logits, or (device greedy, no logits buffer) each row's argmax.
-static mf_status step_forward(gen_state *g, int32_t n_seqs) {
+// logits, or (device greedy, no logits buffer) each row's argmax, or (a
+// decode step with candidates) each row's top-k candidates. The prefill
+// returns logits when candidates are used: a long prompt batch runs in
+// several steps, and an earlier step's logits could not be read back.
+static mf_status step_forward(gen_state *g, int32_t n_seqs, bool decode) {
     const mf_gen_source *src = g->src;
+    g->step_cand = decode && g->cand_k > 0;
+    if (g->step_cand)
+        return src->forward_topk(src->ctx, n_seqs, g->step_ids, g->step_tokens, g->offsets, g->cand_k, g->cand_scale,
+                                 g->c_ids, g->c_vals, g->c_stats);
     if (!g->logits)
         return src->forward_greedy(src->ctx, n_seqs, g->step_ids, g->step_tokens, g->offsets, g->am_ids, g->am_vals);
     return src->forward(src->ctx, n_seqs, g->step_ids, g->step_tokens, g->offsets, g->logits);
@@ -285,7 +334,8 @@ static mf_status step_forward(gen_state *g, int32_t n_seqs) {
 // Each row's new token goes to sequence step_ids[row].
 static mf_status step_take(gen_state *g, int32_t n_seqs) {
     for (int32_t j = 0; j < n_seqs; j++)
-        MF_TRY(g->logits ? take_token(g, g->step_ids[j], g->logits + (size_t)j * (size_t)g->src->vocab)
+        MF_TRY(g->step_cand ? take_candidate(g, g->step_ids[j], j)
+               : g->logits  ? take_token(g, g->step_ids[j], g->logits + (size_t)j * (size_t)g->src->vocab)
                          : take_greedy(g, g->step_ids[j], g->am_ids[j], g->am_vals[j]));
     return MF_OK;
 }
@@ -374,6 +424,16 @@ static mf_status setup(gen_state *g, const mf_prompts *pr) {
         g->am_vals = mf_malloc((size_t)n * sizeof *g->am_vals);
     } else {
         g->logits = mf_malloc((size_t)n * (size_t)src->vocab * sizeof *g->logits);
+        g->cand_k = device_candidates(src, p);
+        if (g->cand_k > 0) {
+            g->cand_scale = mf_sampler_candidates_scale(&p->sampler);
+            g->c_ids = mf_malloc((size_t)n * (size_t)g->cand_k * sizeof *g->c_ids);
+            g->c_vals = mf_malloc((size_t)n * (size_t)g->cand_k * sizeof *g->c_vals);
+            g->c_stats = mf_malloc((size_t)n * 2 * sizeof *g->c_stats);
+            g->row = mf_malloc((size_t)src->vocab * sizeof *g->row);
+            if (!g->c_ids || !g->c_vals || !g->c_stats || !g->row)
+                return mf_fail(MF_ERR_OOM, "generate: out of memory for %d x %d candidates", (int)n, (int)g->cand_k);
+        }
     }
     g->step_ids = mf_malloc((size_t)n * sizeof *g->step_ids);
     g->step_tokens = mf_malloc((size_t)max_tokens * sizeof *g->step_tokens);
@@ -405,7 +465,7 @@ static mf_status run(gen_state *g, mf_generate_stats *stats, double t0) {
         g->offsets[i + 1] = g->offsets[i] + q->n_prompt;
     }
     double t = now_s();
-    MF_TRY(step_forward(g, n));
+    MF_TRY(step_forward(g, n, false));
     stats->prefill_s = now_s() - t;
     MF_TRY(step_take(g, n));
     double t_first = now_s();
@@ -423,7 +483,7 @@ static mf_status run(gen_state *g, mf_generate_stats *stats, double t0) {
                 m++;
             }
         if (m == 0) break;
-        MF_TRY(step_forward(g, m));
+        MF_TRY(step_forward(g, m, true));
         stats->decode_steps++;
         stats->decode_tokens += m;
         MF_TRY(step_take(g, m));
@@ -489,6 +549,7 @@ mf_status mf_generate_source(const mf_gen_source *src, const mf_prompts *prompts
         }
     } else {
         stats.generated_tokens = out->stats.generated_tokens;
+        stats.device_picks = g.device_picks, stats.logit_reads = g.logit_reads;
         stats.total_s = now_s() - t0;
         if (stats.prefill_s > 0) stats.prefill_tok_s = (double)stats.prompt_tokens / stats.prefill_s;
         if (stats.decode_s > 0) stats.decode_tok_s = (double)stats.decode_tokens / stats.decode_s;
@@ -508,6 +569,16 @@ static mf_status session_forward(void *ctx, int32_t n_seqs, const int32_t *seq_i
 static mf_status session_forward_greedy(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                                         const int64_t *offsets, int32_t *ids, float *vals) {
     return mf_session_forward_greedy(ctx, n_seqs, seq_ids, tokens, offsets, ids, vals);
+}
+
+static mf_status session_forward_topk(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                      const int64_t *offsets, int32_t k, float scale, int32_t *ids, float *vals,
+                                      float *stats) {
+    return mf_session_forward_topk(ctx, n_seqs, seq_ids, tokens, offsets, k, scale, ids, vals, stats);
+}
+
+static mf_status session_read_logits(void *ctx, int32_t row, float *logits) {
+    return mf_session_read_logits(ctx, row, logits);
 }
 
 static mf_status session_reset(void *ctx, int32_t seq) { return mf_session_reset(ctx, seq); }
@@ -542,6 +613,8 @@ mf_status mf_generate(mf_session *s, const mf_prompts *prompts, const mf_generat
         .ctx = s,
         .forward = session_forward,
         .forward_greedy = session_forward_greedy,
+        .forward_topk = session_forward_topk,
+        .read_logits = session_read_logits,
         .reset = session_reset,
         .vocab = info.vocab,
         .max_batch = mf_session_max_batch(s),

@@ -56,7 +56,7 @@ mf_status mf_fw_op(mf_session *s, mf_fw_kind op, const char *what, const void *a
         [MF_FW_GEMM] = "gemm",       [MF_FW_NORM] = "add_norm",     [MF_FW_EMBED] = "embed", [MF_FW_ADD] = "add",
         [MF_FW_SOFTMAX] = "softmax", [MF_FW_ACT] = "act",           [MF_FW_COPY] = "copy",
         [MF_FW_KV_WRITE] = "kv_write", [MF_FW_ATTENTION] = "attention", [MF_FW_ARGMAX] = "argmax",
-        [MF_FW_MOE] = "moe",
+        [MF_FW_TOPK] = "topk",       [MF_FW_MOE] = "moe",
     };
     mf_prof_begin(s, names[op], what);
     mf_status st = MF_ERR_INVALID_ARG;
@@ -71,6 +71,7 @@ mf_status mf_fw_op(mf_session *s, mf_fw_kind op, const char *what, const void *a
     case MF_FW_KV_WRITE: st = mf_kv_write(s->be, args); break;
     case MF_FW_ATTENTION: st = mf_attention(s->be, args); break;
     case MF_FW_ARGMAX: st = mf_argmax(s->be, args); break;
+    case MF_FW_TOPK: st = mf_topk(s->be, args); break;
     case MF_FW_MOE: {
         const mf_moe_block_args *a = args;
         st = mf_moe_block(s->be, a->layer, a->routing, a->x, a->residual, a->out, a->workspace, a->workspace_bytes);
@@ -267,6 +268,16 @@ mf_status mf_forward_lm_head_argmax(mf_session *s, int64_t k) {
     a.ids.shape[0] = k;
     a.vals.shape[0] = k, a.vals.dtype = MF_DTYPE_F32, a.vals.data = (int32_t *)s->argmax_out.data + k;
     return mf_fw_op(s, MF_FW_ARGMAX, "greedy", &a);
+}
+
+mf_status mf_forward_lm_head_topk(mf_session *s, int64_t rows, int32_t k, float scale) {
+    int32_t *base = s->topk_out.data;
+    mf_topk_args a = {.x = rows_of(&s->logits, 0, rows), .k = k, .scale = scale};
+    const int64_t os[2] = {rows, k}, ss[2] = {rows, 2};
+    MF_TRY(mf_tensor_make(&a.ids, base, MF_DTYPE_I32, s->topk_out.device, 2, os));
+    MF_TRY(mf_tensor_make(&a.vals, base + rows * k, MF_DTYPE_F32, s->topk_out.device, 2, os));
+    MF_TRY(mf_tensor_make(&a.stats, base + 2 * rows * k, MF_DTYPE_F32, s->topk_out.device, 2, ss));
+    return mf_fw_op(s, MF_FW_TOPK, "sampling", &a);
 }
 
 mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {

@@ -105,6 +105,7 @@ static mf_status carve(mf_session *s, const mf_model *m, const mf_session_dims *
     MF_TRY(take(c, &s->gathered, dt, R, sp->hidden));
     MF_TRY(take(c, &s->logits, MF_DTYPE_F32, d->logit_rows, sp->vocab));
     MF_TRY(take(c, &s->argmax_out, MF_DTYPE_I32, 2 * R, 0));
+    MF_TRY(take(c, &s->topk_out, MF_DTYPE_I32, R * (2 * MF_TOPK_MAX + 2), 0));
     return MF_OK;
 }
 
@@ -282,8 +283,9 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
     s->h_step = mf_malloc((size_t)(3 * T + 3 * R + 1) * sizeof *s->h_step);
     s->h_rows = mf_malloc((size_t)R * sizeof *s->h_rows);
     s->h_argmax = mf_malloc((size_t)(2 * R) * sizeof *s->h_argmax);
+    s->h_topk = mf_malloc((size_t)(R * (2 * MF_TOPK_MAX + 2)) * sizeof *s->h_topk);
     s->segs = mf_malloc((size_t)R * sizeof *s->segs);
-    if (!s->len || !s->seen || !s->h_step || !s->h_rows || !s->h_argmax || !s->segs)
+    if (!s->len || !s->seen || !s->h_step || !s->h_rows || !s->h_argmax || !s->h_topk || !s->segs)
         st = mf_fail(MF_ERR_OOM, "%s: out of host memory for %d slots", fn, max_batch);
 
     if (st == MF_OK)
@@ -325,6 +327,7 @@ void mf_session_free(mf_session *s) {
     free(s->h_step);
     free(s->h_rows);
     free(s->h_argmax);
+    free(s->h_topk);
     free(s->segs);
     free(s);
 }
@@ -483,43 +486,62 @@ void mf_session_mark_queued(mf_session *s) {
     if (s->call_host_us < 0) s->call_host_us = now_us() - s->call_t0;
 }
 
-// ---- what comes back: logits or their argmax ---------------------------------------------------
+// ---- what comes back: logits, their argmax, or top-k candidates ----------------------------------
+
+typedef enum { FWD_LOGITS = 0, FWD_ARGMAX = 1, FWD_TOPK = 2 } fwd_kind;
 
 // What a forward call hands to the host for the LM head's rows (each
 // sequence's last new token in MF_LOGITS_LAST mode).
 typedef struct {
-    bool argmax;    // false: the logits rows; true: each row's argmax (greedy)
-    float *logits;  // (rows, vocab) host, when !argmax
-    int32_t *ids;   // (rows) host, when argmax
-    float *vals;    // (rows) host or NULL, when argmax
+    fwd_kind kind;
+    float *logits;  // (rows, vocab) host, FWD_LOGITS
+    int32_t *ids;   // (rows) host, FWD_ARGMAX; (rows, k) FWD_TOPK
+    float *vals;    // (rows) host or NULL, FWD_ARGMAX; (rows, k) FWD_TOPK
+    float *stats;   // (rows, 2) host, FWD_TOPK
+    int32_t k;      // FWD_TOPK: candidates per row
+    float scale;    // FWD_TOPK: mf_topk's scale
 } fwd_out;
 
 // Queues the LM head over x (k <= s->logit_rows rows): logits into s->logits,
-// and for an argmax output their row maxima into s->argmax_out.
+// and for an argmax or top-k output that reduction into s->argmax_out / s->topk_out.
 static mf_status head_queue(mf_session *s, const mf_tensor *x, const fwd_out *out) {
     MF_TRY(mf_forward_lm_head_gemm(s, x));
-    return out->argmax ? mf_forward_lm_head_argmax(s, x->shape[0]) : MF_OK;
+    if (out->kind == FWD_ARGMAX) return mf_forward_lm_head_argmax(s, x->shape[0]);
+    if (out->kind == FWD_TOPK) return mf_forward_lm_head_topk(s, x->shape[0], out->k, out->scale);
+    return MF_OK;
 }
 
 // Reads what head_queue left for k rows into out's rows [r0, r0 + k): k x
-// vocab f32 logits, or k ids and k values in one copy.
+// vocab f32 logits, or the argmax / top-k outputs in one copy. Those rows'
+// logits stay in s->logits until the next call (mf_session_read_logits).
 static mf_status head_read(mf_session *s, int64_t k, const fwd_out *out, int64_t r0) {
+    static const char *const what_of[] = {"logits", "argmax", "topk"};
+    const char *what = what_of[out->kind];
     mf_session_mark_queued(s);
-    const char *what = out->argmax ? "argmax" : "logits";
     mf_prof_begin(s, "d2h", what);
     mf_status st;
-    if (!out->argmax) {
+    if (out->kind == FWD_LOGITS) {
         const int64_t vocab = s->m->spec.vocab;
         st = mf_backend_copy(s->be, out->logits + r0 * vocab, s->logits.data, (size_t)(k * vocab) * sizeof(float),
                              MF_COPY_D2H);
-    } else {
+    } else if (out->kind == FWD_ARGMAX) {
         st = mf_backend_copy(s->be, s->h_argmax, s->argmax_out.data, (size_t)(2 * k) * sizeof(int32_t), MF_COPY_D2H);
         if (st == MF_OK) {
             memcpy(out->ids + r0, s->h_argmax, (size_t)k * sizeof(int32_t));
             if (out->vals) memcpy(out->vals + r0, s->h_argmax + k, (size_t)k * sizeof(float));
         }
+    } else {
+        const int64_t K = out->k;
+        st = mf_backend_copy(s->be, s->h_topk, s->topk_out.data, (size_t)(2 * k * K + 2 * k) * sizeof(int32_t),
+                             MF_COPY_D2H);
+        if (st == MF_OK) {
+            memcpy(out->ids + r0 * K, s->h_topk, (size_t)(k * K) * sizeof(int32_t));
+            memcpy(out->vals + r0 * K, s->h_topk + k * K, (size_t)(k * K) * sizeof(float));
+            memcpy(out->stats + 2 * r0, s->h_topk + 2 * k * K, (size_t)(2 * k) * sizeof(float));
+        }
     }
     mf_prof_end(s, "d2h", what);
+    if (st == MF_OK) s->kept_first = r0, s->kept_rows = k;
     return st;
 }
 
@@ -541,7 +563,9 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
     const int64_t T = n_segs;
     int e = -1, victim = 0;
     for (int i = 0; i < MF_SESSION_GRAPHS; i++) {
-        if (s->graph[i].n_seqs == n_segs && s->graph[i].argmax == out->argmax) e = i;
+        if (s->graph[i].n_seqs == n_segs && s->graph[i].kind == (int)out->kind &&
+            (out->kind != FWD_TOPK || (s->graph[i].k == out->k && s->graph[i].scale == out->scale)))
+            e = i;
         if (s->graph[i].used < s->graph[victim].used) victim = i;
     }
     s->step_max_q = 1, s->step_max_k = s->max_seq;
@@ -564,7 +588,8 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
             s->call_ops = ops0;
             return MF_ERR_UNSUPPORTED;
         }
-        s->graph[e].n_seqs = n_segs, s->graph[e].argmax = out->argmax, s->graph[e].exec = exec;
+        s->graph[e].n_seqs = n_segs, s->graph[e].kind = (int)out->kind, s->graph[e].exec = exec;
+        s->graph[e].k = out->k, s->graph[e].scale = out->scale;
         s->graph[e].ops = s->call_ops - ops0;
         s->graphs_recorded++;
     }
@@ -603,6 +628,7 @@ mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out) {
 static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                          const int64_t *offsets, mf_logits_mode mode, const fwd_out *out) {
     s->call_t0 = now_us(), s->call_host_us = -1, s->call_ops = 0, s->call_launches = -1, s->call_graph = false;
+    s->kept_first = 0, s->kept_rows = 0;
     const int64_t total = offsets[n_seqs], vocab = s->m->spec.vocab;
     if (s->graphs && !s->prof_on && out && total == n_seqs && total <= s->step_tokens &&
         (s->m->spec.n_experts == 0 || total <= s->moe_graph_rows)) {
@@ -662,6 +688,34 @@ mf_status mf_session_forward_greedy(mf_session *s, int32_t n_seqs, const int32_t
     static const char fn[] = "session_forward_greedy";
     MF_TRY(check_forward(fn, s, n_seqs, seq_ids, tokens, offsets, MF_LOGITS_LAST));
     if (!ids) return mf_fail(MF_ERR_INVALID_ARG, "%s: ids is NULL", fn);
-    const fwd_out out = {.argmax = true, .ids = ids, .vals = vals};
+    const fwd_out out = {.kind = FWD_ARGMAX, .ids = ids, .vals = vals};
     return forward(s, n_seqs, seq_ids, tokens, offsets, MF_LOGITS_LAST, &out);
+}
+
+mf_status mf_session_forward_topk(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                                  const int64_t *offsets, int32_t k, float scale, int32_t *ids, float *vals,
+                                  float *stats) {
+    static const char fn[] = "session_forward_topk";
+    MF_TRY(check_forward(fn, s, n_seqs, seq_ids, tokens, offsets, MF_LOGITS_LAST));
+    if (!ids || !vals || !stats)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %s is NULL", fn, !ids ? "ids" : !vals ? "vals" : "stats");
+    const int64_t vocab = s->m->spec.vocab;
+    if (k < 1 || k > MF_TOPK_MAX || k > vocab)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: k %d not in [1, %lld] (MF_TOPK_MAX %d, vocab %lld)", fn, (int)k,
+                       (long long)(vocab < MF_TOPK_MAX ? vocab : MF_TOPK_MAX), MF_TOPK_MAX, (long long)vocab);
+    if (!(scale > 0.0f) || isinf(scale))
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: scale %g not a finite value > 0", fn, (double)scale);
+    const fwd_out out = {.kind = FWD_TOPK, .ids = ids, .vals = vals, .stats = stats, .k = k, .scale = scale};
+    return forward(s, n_seqs, seq_ids, tokens, offsets, MF_LOGITS_LAST, &out);
+}
+
+mf_status mf_session_read_logits(mf_session *s, int32_t row, float *logits) {
+    static const char fn[] = "session_read_logits";
+    if (!s || !logits) return mf_fail(MF_ERR_INVALID_ARG, "%s: %s is NULL", fn, !s ? "session" : "logits");
+    if (row < s->kept_first || row >= s->kept_first + s->kept_rows)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: row %d's logits are not on the device (the last call kept rows [%lld, %lld))",
+                       fn, (int)row, (long long)s->kept_first, (long long)(s->kept_first + s->kept_rows));
+    const int64_t vocab = s->m->spec.vocab; // no profiler bracket: it would count as an op of the last call
+    return mf_backend_copy(s->be, logits, (const float *)s->logits.data + (row - s->kept_first) * vocab,
+                           (size_t)vocab * sizeof(float), MF_COPY_D2H);
 }

@@ -81,6 +81,8 @@ struct mf_session {
     mf_tensor gathered;      // (min(max_batch, T), hidden) act
     mf_tensor logits;        // (logit_rows, vocab) f32
     mf_tensor argmax_out;    // (2 R) i32: for k LM-head rows, ids [0, k) | max values (f32) [k, 2k)
+    mf_tensor topk_out;      // (R (2 MF_TOPK_MAX + 2)) i32: for k rows of K candidates, ids (k, K) |
+                             // values (k, K) f32 | stats (k, 2) f32, packed for one read-back
 
     // host
     int64_t *len;            // (max_batch) tokens in each slot's cache
@@ -90,6 +92,9 @@ struct mf_session {
     int64_t step_max_q, step_max_k; // host bounds of the step's segment lengths (for mf_attention)
     int32_t *h_rows;         // (min(max_batch, T)) staging for rows
     int32_t *h_argmax;       // (2 R) staging for argmax_out
+    int32_t *h_topk;         // (R (2 MF_TOPK_MAX + 2)) staging for topk_out
+    int64_t kept_first, kept_rows; // the last call's output rows [first, first + rows) whose logits
+                                   // are still in s->logits rows [0, rows) (mf_session_read_logits)
     mf_fwd_seg *segs;        // (min(max_batch, T)) segments of a step
     uint8_t *seen;           // (max_batch) duplicate-slot check
 
@@ -102,7 +107,9 @@ struct mf_session {
     bool recording;          // forward ops are being recorded into a graph
     struct {
         int32_t n_seqs;      // 0: empty entry
-        bool argmax;         // what the step ends with: logits (false) or their argmax (true)
+        int kind;            // what the step ends with: logits, their argmax, or top-k (fwd_kind)
+        int32_t k;           // top-k: candidates per row
+        float scale;         // top-k: the scale of the row sums
         void *exec;          // the backend's executable graph
         uint64_t used;       // graph_clock at the last use (least recently used goes first)
         int64_t ops;         // ops it recorded
@@ -129,7 +136,7 @@ static inline void mf_prof_end(struct mf_session *s, const char *op, const char 
 // point, where the profiler brackets each op and the call counts it.
 typedef enum {
     MF_FW_GEMM, MF_FW_NORM, MF_FW_EMBED, MF_FW_ADD, MF_FW_SOFTMAX, MF_FW_ACT, MF_FW_COPY,
-    MF_FW_KV_WRITE, MF_FW_ATTENTION, MF_FW_ARGMAX,
+    MF_FW_KV_WRITE, MF_FW_ATTENTION, MF_FW_ARGMAX, MF_FW_TOPK,
     MF_FW_MOE, // args: mf_moe_block_args
 } mf_fw_kind;
 // args: the op's args struct (mf_gemm_args for MF_FW_GEMM, ...); `what` names its role.
@@ -146,6 +153,9 @@ mf_status mf_forward_lm_head(struct mf_session *s, const mf_tensor *x, float *ou
 mf_status mf_forward_lm_head_gemm(struct mf_session *s, const mf_tensor *x);
 // The argmax of s->logits' rows [0, k) into s->argmax_out (ids | values).
 mf_status mf_forward_lm_head_argmax(struct mf_session *s, int64_t k);
+// The top-k candidates (k per row, mf_topk with `scale`) of s->logits' rows
+// [0, rows) into s->topk_out (ids | values | stats).
+mf_status mf_forward_lm_head_topk(struct mf_session *s, int64_t rows, int32_t k, float scale);
 // session.c: notes the host time of the current forward call once its work is
 // all queued (called before the first blocking read-back).
 void mf_session_mark_queued(struct mf_session *s);
