@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ops/softmax_geom.h"
 
 enum { M_CAUSAL = 1, M_KL = 2, M_BIAS = 4 };
 
@@ -58,6 +59,7 @@ typedef struct {
     bool bqhk;                          // x's heads interleaved: strides of a (b, q, h, k) tensor
     int xoff, yoff;                     // elements x (and bias) / y start past a 16-byte boundary
     bool inplace;                       // y is x (same view)
+    bool want;                          // CUDA: check the plan's variant (rows / cluster; see check_variant)
     bool nan_row;                       // one NaN at a visible column of one row
 } sm_p;
 
@@ -103,6 +105,44 @@ static int64_t limit_of(const sm_p *p, const int32_t *klv, int64_t b, int64_t i)
     if (klv && klv[b] < lim) lim = klv[b];
     return lim < 0 ? 0 : lim;
 }
+
+#ifdef MF_HAVE_CUDA
+// The variant the CUDA plan must pick for a case of section 8 (2-D or 4-D
+// contiguous rows, x and y offset alike): "rows" up to 1024 chunks of 8
+// columns (one more when rows are not all 16-byte aligned), then "cluster"
+// when the GPU's largest cluster holds ceil(chunks / 1024) blocks, else a
+// streaming variant ("online" or "split"). An sm_90+ GPU must offer
+// clusters of at least 8 blocks to rows without a bias along keys, so that
+// the cluster path cannot go untested by quietly planning none.
+static bool check_variant(th_ctx *ctx, const sm_p *p, const mf_softmax_args *a) {
+    if (mf_backend_device(ctx->be) != MF_DEVICE_CUDA) return true;
+    const bool bcol = (p->mask & M_BIAS) && p->bias != BB_ROW;
+    int cc = 0;
+    const int most = mf_cuda_softmax_clusters(ctx->be, bcol, &cc);
+    const char *got = mf_cuda_softmax_variant(ctx->be, a);
+    printf("  .. [cuda] %s: variant %s (largest cluster %d blocks, sm_%d)\n", ctx->case_name, got ? got : "none",
+           most, cc);
+    if (!got) {
+        th_fail(ctx, "no variant: %s", mf_last_error());
+        return false;
+    }
+    if (cc >= 90 && !bcol && most < 8) {
+        th_fail(ctx, "sm_%d GPU, but the rows kernel gets clusters of %d blocks at most (want >= 8)", cc, most);
+        return false;
+    }
+    const int64_t K = p->k_len;
+    bool aligned = p->xoff == 0 && p->yoff == 0 && (K * (int64_t)mf_dtype_size(p->xt)) % 16 == 0 &&
+                   (K * (int64_t)mf_dtype_size(p->yt)) % 16 == 0;
+    if (bcol) aligned = aligned && (K * (int64_t)mf_dtype_size(p->bt)) % 16 == 0;
+    const int64_t chunks = (K + 7) / 8 + (aligned ? 0 : 1), cs = (chunks + 1023) / 1024;
+    const bool ok = chunks <= 1024        ? !strcmp(got, "rows")
+                    : cs <= (int64_t)most ? !strcmp(got, "cluster")
+                                          : !strcmp(got, "online") || !strcmp(got, "split");
+    if (!ok) th_fail(ctx, "variant %s for %lld chunks per row (cluster of %lld; the GPU's largest %d)", got,
+                     (long long)chunks, (long long)cs, most);
+    return ok;
+}
+#endif
 
 static bool pow2(float s) {
     int e;
@@ -263,6 +303,9 @@ static th_result run_softmax(th_ctx *ctx, const void *params) {
         }
     }
 
+#ifdef MF_HAVE_CUDA
+    if (p->want && !check_variant(ctx, p, &a)) return TH_FAIL;
+#endif
     TH_CALL(ctx, mf_softmax(ctx->be, &a));
     mf_tensor flat = th_view(ctx, by, 1, &by->n, NULL);
     return th_check(ctx, by, &flat, ref, bnd, "y") ? TH_PASS : TH_FAIL;
@@ -602,6 +645,7 @@ void th_cases_softmax(th_list *l) {
             p.bias = BB_FULL;
             p.scale = 0.125f;
             p.xoff = p.yoff = e[i].xoff;
+            p.want = true;
             add_case(l, &p);
         }
     }

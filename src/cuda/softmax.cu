@@ -851,6 +851,14 @@ extern "C" const char *mf_cuda_softmax_variant(mf_backend *be, const mf_softmax_
     return variant_name(pl.var);
 }
 
+extern "C" int mf_cuda_softmax_clusters(mf_backend *be, int bias_along_keys, int *cc) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    if (cc) *cc = c->cc_major * 10 + c->cc_minor;
+    mf_cuda_softmax_launch *ls = nullptr;
+    if (launch_state(c, &ls) != MF_OK) return 1;
+    return max_cluster(c, ls, bias_along_keys != 0);
+}
+
 extern "C" mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *a) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
     SmParams p;
