@@ -265,21 +265,23 @@ static int parse_args(int argc, char **argv, tk_opts *o) {
             o->backend = v;
         } else if (!strcmp(a, "--csv")) o->csv = v;
         else if (!strcmp(a, "--json")) o->json = v;
-        else if (!strcmp(a, "--vocab"))
-            err = parse_list(v, 1, INT32_MAX, &o->vocab) ? NULL : "want up to 16 comma-separated integers in [1, 2147483647]";
-        else if (!strcmp(a, "--batch"))
-            err = parse_list(v, 1, INT32_MAX, &o->batch) ? NULL : "want up to 16 comma-separated integers in [1, 2147483647]";
-        else if (!strcmp(a, "--k"))
-            err = parse_list(v, 1, MF_TOPK_MAX, &o->k) ? NULL : "want up to 16 comma-separated integers in [1, 1024]";
-        else if (!strcmp(a, "--dtype")) err = parse_dtypes(v, o) ? NULL : "want distinct f32, bf16 or f16, comma-separated";
-        else if (!strcmp(a, "--scale")) {
+        else if (!strcmp(a, "--vocab") || !strcmp(a, "--batch")) {
+            if (!parse_list(v, 1, INT32_MAX, a[2] == 'v' ? &o->vocab : &o->batch))
+                err = "want up to 16 comma-separated integers in [1, 2147483647]";
+        } else if (!strcmp(a, "--k")) {
+            if (!parse_list(v, 1, MF_TOPK_MAX, &o->k)) err = "want up to 16 comma-separated integers in [1, 1024]";
+        } else if (!strcmp(a, "--dtype")) {
+            if (!parse_dtypes(v, o)) err = "want distinct f32, bf16 or f16, comma-separated";
+        } else if (!strcmp(a, "--scale")) {
             char *end = NULL;
             const double s = strtod(v, &end);
-            if (!*v || *end || !(s > 0) || s > 3.4e38) err = "not a finite number > 0";
+            if (!*v || *end || !(s > 0) || s > 3.4e38 || !((float)s > 0)) err = "not a finite number > 0";
             else o->scale = (float)s;
-        } else if (!strcmp(a, "--warmup")) err = parse_int(v, 0, 100000, &o->warmup) ? NULL : "not an integer in [0, 100000]";
-        else if (!strcmp(a, "--iters")) err = parse_int(v, 1, 100000, &o->iters) ? NULL : "not an integer in [1, 100000]";
-        else if (!strcmp(v, "table")) o->fmt = MF_BENCH_TABLE;
+        } else if (!strcmp(a, "--warmup")) {
+            if (!parse_int(v, 0, 100000, &o->warmup)) err = "not an integer in [0, 100000]";
+        } else if (!strcmp(a, "--iters")) {
+            if (!parse_int(v, 1, 100000, &o->iters)) err = "not an integer in [1, 100000]";
+        } else if (!strcmp(v, "table")) o->fmt = MF_BENCH_TABLE;
         else if (!strcmp(v, "csv")) o->fmt = MF_BENCH_CSV;
         else if (!strcmp(v, "json")) o->fmt = MF_BENCH_JSON;
         else err = "not table, csv or json";
