@@ -6,7 +6,8 @@
               whole row descending, softmax, cumsum, mask the tail past
               top_p (0.9); the peer of the top-p case (k = 1024 rows only)
   minfer      minfer.topk(x, k, scale) through the Python binding, on torch's
-              current stream
+              current stream; like torch's ops it allocates its outputs per call
+              (torch's caching allocator)
 
     MINFER_LIB=build/libminfer.so python3 bench/topk_peers.py [--out docs/results/topk_peers.csv]
     python3 bench/topk_peers.py --cpu    # smoke mode: tiny shapes on the CPU, wall clock, nothing written
