@@ -17,6 +17,7 @@
 #   softmax    minfer bench softmax --format csv; bench/softmax_peers.py
 #   attention  minfer bench attention --format csv; bench/attention_peers.py
 #   moe        minfer bench moe --format csv; bench/moe_peers.py
+#   topk       minfer bench topk --dtype f32,bf16 --format csv; bench/topk_peers.py (f32)
 #   model      minfer bench model (small, medium: batch 1,4,16,32 x seq 128; flash and
 #              classic), its per-op profile (medium, batch 8 x seq 2048, both paths)
 #   ncu        ncu --clock-control none on the softmax row-length sweep (128 .. 131072
@@ -35,6 +36,7 @@
 #   docs/results/softmax_minfer_bench.csv  softmax_peers.csv  ceilings.csv
 #   docs/results/attention_minfer_bench.csv  attention.csv (peers)
 #   docs/results/moe_minfer_bench.csv  moe.csv (peers)
+#   docs/results/topk_minfer_bench.csv  topk_peers.csv
 #   docs/results/model_minfer_bench.csv  model_profile.csv  model_peers.csv  ncu.csv
 # then bench/plot.py redraws docs/plots/.
 # OUTDIR holds: summary.txt (steps, states, times, notes), bench.log (every
@@ -202,6 +204,18 @@ if want moe; then
     run "moe_peers" 120 - "${py[@]}" "$root/bench/moe_peers.py" --out "$work/raw/moe.csv"
     add "$work/raw/moe.csv" "$res/moe.csv"
   else skip moe_peers "bench/moe_peers.py not in this tree"; fi
+fi
+
+# ---- top-k / top-p candidates (mf_topk) ----------------------------------------------------------------------
+if want topk; then
+  if has_bench topk; then
+    run "bench topk" 60 "$work/raw/topk_minfer_bench.csv" "$minfer" bench topk --dtype f32,bf16 --format csv &&
+      add "$work/raw/topk_minfer_bench.csv" "$res/topk_minfer_bench.csv"
+  else skip "bench topk" "minfer bench topk not in this build"; fi
+  if has_script topk_peers.py; then
+    run "topk_peers" 90 - "${py[@]}" "$root/bench/topk_peers.py" --out "$work/raw/topk_peers.csv"
+    add "$work/raw/topk_peers.csv" "$res/topk_peers.csv"
+  else skip topk_peers "bench/topk_peers.py not in this tree"; fi
 fi
 
 # ---- model: decode scaling with batch, both attention paths; per-op profile -------------------------------

@@ -137,6 +137,14 @@ bad "--m 9: not an integer in [1, 8]" bench gemv --m 9
 bad "--format xml: not table, csv or json" bench gemv --format xml
 bad "--iters needs a value" bench gemv --iters
 bad "--bogus unknown option" bench gemv --bogus 1
+bad "--k 1025: want up to 16 comma-separated integers in [1, 1024]" bench topk --k 1025
+bad "--vocab 1,,2" bench topk --vocab 1,,2
+bad "--batch 8,: want up to 16" bench topk --batch 8,
+bad "--dtype f32,f64: want distinct f32, bf16 or f16" bench topk --dtype f32,f64
+bad "--scale 0: not a finite number > 0" bench topk --scale 0
+bad "--format xml: not table, csv or json" bench topk --format xml
+bad "--iters needs a value" bench topk --iters
+bad "--bogus unknown option" bench topk --bogus 1
 # ---- the top level
 bad "unknown command 'frob'" frob
 
@@ -148,6 +156,7 @@ good "minfer bench model --help" bench model --help
 good "minfer bench softmax --help" bench softmax --help
 good "minfer bench moe --help" bench moe --help
 good "minfer bench attention --help" bench attention --help
+good "minfer bench topk --help" bench topk --help
 good "minfer bench attention (cpu, decode, 1 iteration, csv)" bench attention --backend cpu --cases decode --warmup 0 --iters 1 --format csv
 good "minfer generate (llama-tiny, 4 tokens, greedy, cpu)" generate "${m[@]}" -p Hello -n 4 --temp 0 --seed 1 --backend cpu
 good "minfer score --tokens (llama-tiny, cpu)" score "${m[@]}" --tokens 1,5,7 --backend cpu
@@ -173,6 +182,14 @@ says "info: backends (llama-tiny)" "cpu:  every op" info "${m[@]}" --backend cpu
 says "info: family (mistral-window-tiny)" "family:       llama, MistralForCausalLM" info -m "$fix/models/mistral-window-tiny" --backend cpu
 
 says "bench gemv (cpu, tiny shapes, csv)" ",tiny,a,2,64,128,0.02,cpu," bench gemv --backend cpu --m 2 --warmup 0 --iters 1 --format csv
+# bench topk: the CSV header, then a row: vocab 1000, batch 2, k 5, f32; bytes to the host
+# 2 (8 5 + 8) = 0.1 KB vs 2 1000 4 = 8.0 KB of logits (83.3x); the host check passed (ok)
+tk=(bench topk --backend cpu --vocab 1000 --batch 2 --k 5 --warmup 0 --iters 1 --format csv)
+says "bench topk (cpu, csv header)" \
+  "backend,vocab,batch,k,dtype,p5_us,p50_us,p95_us,MB_read,GB/s,%copy,host_KB,logits_KB,host_saving,check,device,copy_GB/s,date" \
+  "${tk[@]}"
+says "bench topk (cpu, vocab 1000, batch 2, k 5, csv row)" "cpu,1000,2,5,f32," "${tk[@]}"
+says "bench topk (cpu, bytes to the host and the check)" ",0.1,8.0,83.3,ok," "${tk[@]}"
 
 echo "bad-input cases: $nbad"
 echo "$pass passed, $fail failed"

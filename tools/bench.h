@@ -8,5 +8,6 @@ int mf_bench_gemm_host_main(int argc, char **argv); // bench_gemm_host.c
 int mf_bench_moe_main(int argc, char **argv);       // bench_moe.c
 int mf_bench_attention_main(int argc, char **argv); // bench_attention.c
 int mf_bench_gemv_main(int argc, char **argv);      // bench_gemv.c
+int mf_bench_topk_main(int argc, char **argv);      // bench_topk.c
 
 #endif // MF_TOOLS_BENCH_H

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  bench model the end-to-end model benchmark and per-op profile (minfer bench model --help)\n"
             "  bench gemm-host  host microseconds per GEMM call (CUDA: plan cache off vs on)\n"
             "  bench gemv  decode GEMMs (m = 1..8): cuBLASLt vs our gemv kernel, GB/s and %% of copy bandwidth\n"
+            "  bench topk  device top-k / top-p candidates (mf_topk) per row of logits: us, GB/s, bytes to the host\n"
             "\n"
             "options:\n"
             "  -h, --help     this help\n"
@@ -50,7 +51,8 @@ static int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[0], "model")) return mf_bench_model_main(argc - 1, argv + 1);
         if (!strcmp(argv[0], "gemm-host")) return mf_bench_gemm_host_main(argc - 1, argv + 1);
         if (!strcmp(argv[0], "gemv")) return mf_bench_gemv_main(argc - 1, argv + 1);
-        fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax, attention, moe, model, gemm-host, gemv)\n",
+        if (!strcmp(argv[0], "topk")) return mf_bench_topk_main(argc - 1, argv + 1);
+        fprintf(stderr, "minfer: error: unknown benchmark '%s' (ops: softmax, attention, moe, model, gemm-host, gemv, topk)\n",
                 argv[0]);
         return 2;
     }

@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import ctypes
 import math
+import operator
 import struct
 import threading
 
@@ -449,6 +450,41 @@ def softmax(x, y=None, scale=1.0, causal=False, key_lens=None, bias=None):
     args.bias = _opt(bias, "softmax: bias", views)
     _call("softmax", "mf_softmax", args, views)
     return y
+
+
+def topk(x, k, scale=1.0):
+    """Per row of x (rows, n), f32/f16/bf16, rows contiguous: the k (1 ..
+    min(n, 1024)) largest values, best first (equal values: the lower index
+    first), and the row's softmax statistics. Returns (ids (rows, k) int32,
+    vals (rows, k) f32, stats (rows, 2) f32: max, sum of exp((x - max) *
+    scale)), allocated like x. See mf_topk in include/minfer/ops.h for -inf,
+    NaN and +inf rows."""
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f"topk: k must be an integer, got {type(k).__name__}") from None
+    if not 1 <= k <= 1024:  # checked here too: the C int32 would wrap a larger k
+        raise ValueError(f"topk: k {k} not in [1, 1024] (MF_TOPK_MAX)")
+    vx = T.view(x, "topk: x")
+    rows = x.shape[0] if len(x.shape) == 2 else 0
+    ids = T.empty_like_kind(x, (rows, k), dtype_of=_int32_like(x))
+    vals, stats = _empty_f32(x, (rows, k)), _empty_f32(x, (rows, 2))
+    views = [vx, T.view(ids, "topk: ids", writable=True), T.view(vals, "topk: vals", writable=True),
+             T.view(stats, "topk: stats", writable=True)]
+    args = L.TopkArgs(x=views[0].t, ids=views[1].t, vals=views[2].t, stats=views[3].t)
+    args.k = k
+    args.scale = _float(scale, "topk: scale")
+    _call("topk", "mf_topk", args, views)
+    return ids, vals, stats
+
+
+def _int32_like(ref):
+    """An empty int32 array of ref's kind (numpy or torch): a dtype source for empty_like_kind."""
+    if T.is_torch(ref):
+        torch = T.torch_module()
+        return torch.empty(0, dtype=torch.int32)
+    import numpy as np
+    return np.empty(0, dtype=np.int32)
 
 
 _MOE_FFN = {"swiglu": L.MF_MOE_FFN_SWIGLU, "gelu": L.MF_MOE_FFN_GELU}

@@ -107,6 +107,15 @@ class SoftmaxArgs(ctypes.Structure):
     ]
 
 
+class TopkArgs(ctypes.Structure):
+    _fields_ = [
+        ("x", Tensor),
+        ("ids", Tensor), ("vals", Tensor), ("stats", Tensor),
+        ("k", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+    ]
+
+
 # mf_moe_ffn, mf_moe_score, mf_moe_order
 MF_MOE_FFN_SWIGLU = 0
 MF_MOE_FFN_GELU = 1
@@ -170,6 +179,7 @@ _PROTOTYPES = {
     "mf_embed": (_c_status, [_vp, ctypes.POINTER(EmbedArgs)]),
     "mf_add": (_c_status, [_vp, ctypes.POINTER(AddArgs)]),
     "mf_softmax": (_c_status, [_vp, ctypes.POINTER(SoftmaxArgs)]),
+    "mf_topk": (_c_status, [_vp, ctypes.POINTER(TopkArgs)]),
     "mf_moe": (_c_status, [_vp, ctypes.POINTER(MoeArgs)]),
     "mf_moe_workspace": (_c_status, [_vp, ctypes.POINTER(MoeArgs), ctypes.POINTER(ctypes.c_size_t)]),
     "mf_attention": (_c_status, [_vp, ctypes.POINTER(AttentionArgs)]),
@@ -178,7 +188,7 @@ _PROTOTYPES = {
 
 # Functions that may be missing from an older or partial build: their wrappers
 # raise UnsupportedError instead of the import failing.
-_OPTIONAL = {"mf_softmax", "mf_moe", "mf_moe_workspace", "mf_attention", "mf_attention_workspace"}
+_OPTIONAL = {"mf_softmax", "mf_topk", "mf_moe", "mf_moe_workspace", "mf_attention", "mf_attention_workspace"}
 
 _lock = threading.Lock()
 _lib = None
@@ -260,6 +270,7 @@ LAYOUT = {
     "mf_embed_args": (EmbedArgs, ["ids", "table", "y"]),
     "mf_add_args": (AddArgs, ["a", "b", "y", "alpha", "beta"]),
     "mf_softmax_args": (SoftmaxArgs, ["x", "y", "scale", "causal", "key_lens", "bias"]),
+    "mf_topk_args": (TopkArgs, ["x", "ids", "vals", "stats", "k", "scale"]),
     "mf_moe_args": (MoeArgs, ["x", "w_router", "w1", "w2", "ffn", "top_k", "score", "order", "renorm",
                               "routed_scale", "shared_w1", "shared_w2", "shared_gate", "residual", "out",
                               "workspace", "workspace_bytes"]),
