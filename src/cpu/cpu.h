@@ -24,6 +24,10 @@ mf_status mf_cpu_moe_combine(mf_backend *be, const mf_moe_combine_args *args); /
 mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *args); // attention.c
 mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *args);   // kv_write.c
 
+// dst[0 .. n) = elements [off, off + n) of a contiguous f32 / f16 / bf16 run
+// as f32 (exact). copy.c; the row loaders of softmax.c and topk.c.
+void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -58,21 +58,6 @@ static inline float exp_nonpos(float x) {
     return sel(nan, x, sel(below, 0.0f, e));
 }
 
-// dst[0..n) = src[off .. off+n) as f32.
-static void load_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n) {
-    switch (dt) {
-    case MF_DTYPE_F32: memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float)); break;
-    case MF_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t j = 0; j < n; j++) dst[j] = bitsf((uint32_t)s[j] << 16);
-        break;
-    }
-    default:
-        for (int64_t j = 0; j < n; j++) dst[j] = mf_load_f32(src, dt, off + j);
-        break;
-    }
-}
-
 static void store_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n) {
     if (dt == MF_DTYPE_F32) {
         memcpy((float *)dst + off, src, (size_t)n * sizeof(float));
@@ -106,9 +91,9 @@ typedef struct {
 static void row_logits(const row_ctx *rc, int64_t j0, int64_t n, float *u, float *tmp) {
     const mf_softmax_args *p = rc->p;
     const float scale = p->scale;
-    load_f32(u, p->x.data, p->x.dtype, rc->xo + j0, n);
+    mf_cpu_to_f32(u, p->x.data, p->x.dtype, rc->xo + j0, n);
     if (rc->bias_cols) {
-        load_f32(tmp, p->bias->data, p->bias->dtype, rc->bo + j0, n);
+        mf_cpu_to_f32(tmp, p->bias->data, p->bias->dtype, rc->bo + j0, n);
         for (int64_t j = 0; j < n; j++) u[j] = u[j] * scale + tmp[j];
     } else {
         const float c = rc->c;

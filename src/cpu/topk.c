@@ -25,6 +25,8 @@ static void sift_down(float *v, int32_t *id, int64_t n, int64_t i) {
     }
 }
 
+enum { kBlock = 1024 }; // columns converted at a time
+
 mf_status mf_cpu_topk(mf_backend *be, const mf_topk_args *p) {
     (void)be;
     const int64_t rows = p->x.shape[0], n = p->x.shape[1], rs = p->x.stride[0], k = p->k;
@@ -35,21 +37,27 @@ mf_status mf_cpu_topk(mf_backend *be, const mf_topk_args *p) {
         float *v = (float *)p->vals.data + r * k, *st = (float *)p->stats.data + 2 * r;
         int64_t m = 0, bad = -1;
         float bad_v = 0.0f;
-        for (int64_t i = 0; i < n; i++) {
-            float x = mf_load_f32(p->x.data, p->x.dtype, r * rs + i);
-            if (isnan(x) || x == INFINITY) {
-                bad = i, bad_v = x;
-                break;
-            }
-            if (x == -INFINITY) continue;
-            if (x == 0.0f) x = 0.0f; // -0.0 as +0.0, as the CUDA kernel's ordered keys give it
-            if (m < k) {
-                v[m] = x, id[m] = (int32_t)i, m++;
-                if (m == k)
-                    for (int64_t j = k / 2 - 1; j >= 0; j--) sift_down(v, id, k, j);
-            } else if (x > v[0]) { // indices rise: an equal value loses the tie
-                v[0] = x, id[0] = (int32_t)i;
-                sift_down(v, id, k, 0);
+        float blk[kBlock]; // the row converted to f32 a block at a time
+        for (int64_t i0 = 0; i0 < n && bad < 0; i0 += kBlock) {
+            const int64_t nb = n - i0 < kBlock ? n - i0 : kBlock;
+            mf_cpu_to_f32(blk, p->x.data, p->x.dtype, r * rs + i0, nb);
+            for (int64_t j = 0; j < nb; j++) {
+                float x = blk[j];
+                const int64_t i = i0 + j;
+                if (isnan(x) || x == INFINITY) {
+                    bad = i, bad_v = x;
+                    break;
+                }
+                if (x == -INFINITY) continue;
+                if (x == 0.0f) x = 0.0f; // -0.0 as +0.0, as the CUDA kernel's ordered keys give it
+                if (m < k) {
+                    v[m] = x, id[m] = (int32_t)i, m++;
+                    if (m == k)
+                        for (int64_t h = k / 2 - 1; h >= 0; h--) sift_down(v, id, k, h);
+                } else if (x > v[0]) { // indices rise: an equal value loses the tie
+                    v[0] = x, id[0] = (int32_t)i;
+                    sift_down(v, id, k, 0);
+                }
             }
         }
         if (bad >= 0) {
@@ -75,8 +83,11 @@ mf_status mf_cpu_topk(mf_backend *be, const mf_topk_args *p) {
         }
         const float xmax = v[0];
         double z = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            z += expf((mf_load_f32(p->x.data, p->x.dtype, r * rs + i) - xmax) * scale);
+        for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+            const int64_t nb = n - i0 < kBlock ? n - i0 : kBlock;
+            mf_cpu_to_f32(blk, p->x.data, p->x.dtype, r * rs + i0, nb);
+            for (int64_t j = 0; j < nb; j++) z += expf((blk[j] - xmax) * scale);
+        }
         st[0] = xmax, st[1] = (float)z;
     }
     return MF_OK;
