@@ -196,13 +196,6 @@ static void add_act(th_list *l, const act_p *p) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     const int64_t s[2] = {3, 8}, s2[2] = {3, 16};
@@ -221,10 +214,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
         u2 = upv;                                                    \
         t.up = &u2;                                                  \
         mod;                                                         \
-        ok &= expect(ctx, mf_act(ctx->be, &t), want, needle, what);  \
+        ok &= th_expect(ctx, mf_act(ctx->be, &t), want, needle, what);  \
     } while (0)
-    ok &= expect(ctx, mf_act(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_act(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_act(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_act(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
     TRY(t.x.ndim = 3; t.x.shape[2] = 1, MF_ERR_INVALID_ARG, "x has 3 dims", "3-D x");
     TRY(t.x.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG, "x dtype i32", "i32 x");
     TRY(t.y.shape[1] = 7, MF_ERR_INVALID_ARG, "y shape (3, 7) != x shape (3, 8)", "y shape");

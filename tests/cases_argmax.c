@@ -97,13 +97,6 @@ static th_result run_argmax(th_ctx *ctx, const void *params) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     const int64_t xs[2] = {3, 8}, three = 3, six = 6;
@@ -119,10 +112,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     do {                                                                \
         t = a;                                                          \
         mod;                                                            \
-        ok &= expect(ctx, mf_argmax(ctx->be, &t), want, needle, what);  \
+        ok &= th_expect(ctx, mf_argmax(ctx->be, &t), want, needle, what);  \
     } while (0)
-    ok &= expect(ctx, mf_argmax(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_argmax(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_argmax(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_argmax(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
     TRY(t.x.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG, "argmax: x dtype i32", "i32 x");
     TRY(t.x.ndim = 3; t.x.shape[2] = 1; t.x.stride[2] = 1, MF_ERR_INVALID_ARG, "x has 3 dims", "3-D x");
     TRY(t.x.shape[1] = 0, MF_ERR_INVALID_ARG, "x has 0 columns", "no columns");

@@ -349,13 +349,6 @@ static void add_case(th_list *l, const at_p *p) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     // packed: 2 sequences, total_q 6, total_k 12, H 4, KVH 2, D 64 (a head dim every backend takes)
@@ -396,13 +389,13 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     do {                                                                       \
         t = base;                                                              \
         mod;                                                                   \
-        ok &= expect(ctx, mf_attention(ctx->be, &t), want, needle, what);      \
-        ok &= expect(ctx, mf_attention(ctx->be, &a), MF_OK, NULL, "valid after " what); \
+        ok &= th_expect(ctx, mf_attention(ctx->be, &t), want, needle, what);      \
+        ok &= th_expect(ctx, mf_attention(ctx->be, &a), MF_OK, NULL, "valid after " what); \
     } while (0)
-    ok &= expect(ctx, mf_attention(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_attention(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
-    ok &= expect(ctx, mf_attention(ctx->be, &a), MF_OK, NULL, "valid packed");
-    ok &= expect(ctx, mf_attention(ctx->be, &c), MF_OK, NULL, "valid cache");
+    ok &= th_expect(ctx, mf_attention(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_attention(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_attention(ctx->be, &a), MF_OK, NULL, "valid packed");
+    ok &= th_expect(ctx, mf_attention(ctx->be, &c), MF_OK, NULL, "valid cache");
     TRY(a, t.q.shape[1] = 3; t.o.shape[1] = 3; t.lse = NULL, MF_ERR_INVALID_ARG,
         "n_heads 3 not divisible by n_kv_heads 2", "heads % kv_heads");
     TRY(a, t.k.shape[2] = 4; t.v.shape[2] = 4, MF_ERR_INVALID_ARG, "k head_dim 4 != q head_dim 64", "head_dim mismatch");
@@ -460,50 +453,50 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
         f.q.stride[1] = f.o.stride[1] = 256, f.k.stride[1] = f.v.stride[1] = 128;
         f.q.stride[2] = f.o.stride[2] = 64, f.k.stride[2] = f.v.stride[2] = 64;
         f.q.stride[3] = f.o.stride[3] = f.k.stride[3] = f.v.stride[3] = 1;
-        ok &= expect(ctx, mf_attention(ctx->be, &f), MF_ERR_INVALID_ARG, "batch 6 != q.shape[0] = 1", "fixed batch");
+        ok &= th_expect(ctx, mf_attention(ctx->be, &f), MF_ERR_INVALID_ARG, "batch 6 != q.shape[0] = 1", "fixed batch");
         f.batch = 1;
-        ok &= expect(ctx, mf_attention(ctx->be, &f), MF_OK, NULL, "valid fixed");
+        ok &= th_expect(ctx, mf_attention(ctx->be, &f), MF_OK, NULL, "valid fixed");
     }
     // Values of the index arrays: the CPU checks them at once (CUDA at the next sync, not tested here).
     if (cpu) {
         int32_t *cqh = (int32_t *)cuq.data, *klh = (int32_t *)kl.data, *slh = (int32_t *)sl.data;
         cqh[1] = 3, cqh[2] = 2;
-        ok &= expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG, "cu_seqlens_q[2] = 2 < cu_seqlens_q[1] = 3",
+        ok &= th_expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG, "cu_seqlens_q[2] = 2 < cu_seqlens_q[1] = 3",
                      "decreasing cu_seqlens_q");
         cqh[1] = 1, cqh[2] = 6;
-        ok &= expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG,
+        ok &= th_expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG,
                      "sequence 1 has length 5 in cu_seqlens_q, past max_q_len = 4", "q_len past max_q_len");
         cqh[1] = 3, cqh[2] = 7;
-        ok &= expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG, "cu_seqlens_q[2] = 7 past the 6 rows of q",
+        ok &= th_expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG, "cu_seqlens_q[2] = 7 past the 6 rows of q",
                      "cu_seqlens_q past q");
         cqh[1] = 2, cqh[2] = 6;
         klh[1] = 17;
-        ok &= expect(ctx, mf_attention(ctx->be, &c), MF_ERR_INVALID_ARG, "k_lens[1] = 17 out of range [0, max_len = 16]",
+        ok &= th_expect(ctx, mf_attention(ctx->be, &c), MF_ERR_INVALID_ARG, "k_lens[1] = 17 out of range [0, max_len = 16]",
                      "k_len past max_len");
         klh[1] = 16;
         mf_attention_args c2 = c;
         c2.max_k_len = 15;
-        ok &= expect(ctx, mf_attention(ctx->be, &c2), MF_ERR_INVALID_ARG, "k_lens[1] = 16 past max_k_len = 15",
+        ok &= th_expect(ctx, mf_attention(ctx->be, &c2), MF_ERR_INVALID_ARG, "k_lens[1] = 16 past max_k_len = 15",
                      "k_len past max_k_len");
         slh[0] = 3;
-        ok &= expect(ctx, mf_attention(ctx->be, &c), MF_ERR_INVALID_ARG, "slots[0] = 3 out of range [0, n_slots = 3)",
+        ok &= th_expect(ctx, mf_attention(ctx->be, &c), MF_ERR_INVALID_ARG, "slots[0] = 3 out of range [0, n_slots = 3)",
                      "slot out of range");
         slh[0] = 2;
-        ok &= expect(ctx, mf_attention(ctx->be, &c), MF_OK, NULL, "valid cache again");
+        ok &= th_expect(ctx, mf_attention(ctx->be, &c), MF_OK, NULL, "valid cache again");
         int32_t *ckh = (int32_t *)cuk.data;
         ckh[1] = 8;
-        ok &= expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG,
+        ok &= th_expect(ctx, mf_attention(ctx->be, &a), MF_ERR_INVALID_ARG,
                      "sequence 0 has length 8 in cu_seqlens_k, past max_k_len = 7", "k_len past max_k_len (packed)");
         ckh[1] = 7;
     }
     // Empty: no sequences, no rows.
     TRY(a, t.batch = 0; t.cu_seqlens_q = &y; t.cu_seqlens_k = &y; y = cuq; y.shape[0] = 1, MF_OK, NULL, "batch 0");
     size_t ws = 123;
-    ok &= expect(ctx, mf_attention_workspace(ctx->be, &a, &ws), MF_OK, NULL, "workspace query");
+    ok &= th_expect(ctx, mf_attention_workspace(ctx->be, &a, &ws), MF_OK, NULL, "workspace query");
     if (cpu && ws != 0) ok &= th_fail(ctx, "cpu workspace %zu (want 0)", ws) == TH_PASS;
-    ok &= expect(ctx, mf_attention_workspace(ctx->be, &a, NULL), MF_ERR_INVALID_ARG, "bytes is NULL", "NULL bytes");
+    ok &= th_expect(ctx, mf_attention_workspace(ctx->be, &a, NULL), MF_ERR_INVALID_ARG, "bytes is NULL", "NULL bytes");
     t = a, t.window = 2, t.causal = false;
-    ok &= expect(ctx, mf_attention_workspace(ctx->be, &t, &ws), MF_ERR_INVALID_ARG, "window 2 without causal",
+    ok &= th_expect(ctx, mf_attention_workspace(ctx->be, &t, &ws), MF_ERR_INVALID_ARG, "window 2 without causal",
                  "workspace validates");
 #undef TRY
     for (int i = 0; i < ctx->nbufs; i++) ctx->bufs[i]->checked = true; // o and lse were written

@@ -264,13 +264,6 @@ static th_result run_int64(th_ctx *ctx, const void *params) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     const int64_t s[2] = {4, 8}, s3[3] = {4, 8, 1}, wide[2] = {4, 16};
@@ -288,10 +281,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     do {                                                              \
         t = a;                                                        \
         mod;                                                          \
-        ok &= expect(ctx, mf_copy(ctx->be, &t), want, needle, what);  \
+        ok &= th_expect(ctx, mf_copy(ctx->be, &t), want, needle, what);  \
     } while (0)
-    ok &= expect(ctx, mf_copy(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_copy(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_copy(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_copy(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
     TRY(t.src = xi, MF_ERR_INVALID_ARG, "src dtype i32 to dst dtype bf16", "i32 -> bf16");
     TRY(t.dst = yi, MF_ERR_INVALID_ARG, "src dtype f32 to dst dtype i32", "f32 -> i32");
     TRY(t.dst = y3, MF_ERR_INVALID_ARG, "dst has 3 dims, src has 2", "ndim");

@@ -188,13 +188,6 @@ static void add_kv(th_list *l, const kv_p *p) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     const int64_t ks[3] = {3, 2, 8}, qs[3] = {3, 4, 8}, cs[4] = {2, 5, 2, 8}, three = 3, four = 4;
@@ -223,13 +216,13 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     do {                                                                        \
         t = a;                                                                  \
         mod;                                                                    \
-        ok &= expect(ctx, mf_kv_write(ctx->be, &t), want, needle, what);        \
-        ok &= expect(ctx, mf_kv_write(ctx->be, &a), MF_OK, NULL, "valid after " what); \
+        ok &= th_expect(ctx, mf_kv_write(ctx->be, &t), want, needle, what);        \
+        ok &= th_expect(ctx, mf_kv_write(ctx->be, &a), MF_OK, NULL, "valid after " what); \
     } while (0)
-    ok &= expect(ctx, mf_kv_write(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_kv_write(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
-    ok &= expect(ctx, mf_kv_write(ctx->be, &a), MF_OK, NULL, "valid");
-    ok &= expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "valid sync");
+    ok &= th_expect(ctx, mf_kv_write(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_kv_write(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_kv_write(ctx->be, &a), MF_OK, NULL, "valid");
+    ok &= th_expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "valid sync");
     TRY(t.k.ndim = 2, MF_ERR_INVALID_ARG, "k has 2 dims (want 3", "2-D k");
     TRY(t.v.shape[1] = 1, MF_ERR_INVALID_ARG, "v shape[1] = 1 != k's 2", "v heads");
     TRY(t.k_cache.shape[3] = 4; t.v_cache.shape[3] = 4, MF_ERR_INVALID_ARG, "k_cache head_dim 4 != k's 8",
@@ -257,7 +250,7 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     TRY(t.q = &q2, MF_ERR_INVALID_ARG, "q has n_tokens = 2, k has 3", "q tokens");
     TRY(t.q = NULL; t.inv_freq = NULL, MF_OK, NULL, "no RoPE");
     TRY(t.q = NULL, MF_OK, NULL, "RoPE on k only");
-    ok &= expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "sync");
+    ok &= th_expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "sync");
 #undef TRY
     for (int i = 0; i < ctx->nbufs; i++) ctx->bufs[i]->checked = true; // caches and q were written
     return ok ? TH_PASS : TH_FAIL;

@@ -71,13 +71,6 @@ static void route_ref(const double *l, int E, int k, mf_moe_score score, mf_moe_
     for (int j = 0; j < k; j++) w[j] *= scale;
 }
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 // The path the expert FFNs must have taken for N routed rows (every shape in
 // this file allows the decode kernels' 16-byte loads): on CUDA "decode" up to
 // MF_MOE_DECODE_MAX_ROWS, else "loop"; MINFER_MOE_GEMM=loop / grouped forces
@@ -571,10 +564,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     do {                                                            \
         t = base;                                                   \
         mod;                                                        \
-        ok &= expect(ctx, mf_moe(ctx->be, &t), want, needle, what); \
+        ok &= th_expect(ctx, mf_moe(ctx->be, &t), want, needle, what); \
     } while (0)
-    ok &= expect(ctx, mf_moe(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_moe(NULL, &base), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_moe(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_moe(NULL, &base), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
     TRY(t.top_k = 5, MF_ERR_INVALID_ARG, "top_k 5 > n_experts 4", "k > E");
     TRY(t.top_k = 9, MF_ERR_INVALID_ARG, "top_k 9 (want 1..8)", "k = 9");
     TRY(t.top_k = 0, MF_ERR_INVALID_ARG, "top_k 0 (want 1..8)", "k = 0");
@@ -600,37 +593,37 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     // The parts.
     mf_moe_router_args r = {.logits = lg, .ids = ids, .weights = wts, .routed_scale = 1.0f}, rt;
     rt = r, rt.ids.shape[1] = 5, rt.weights.shape[1] = 5;
-    ok &= expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "top_k 5 > n_experts 4", "router k > E");
+    ok &= th_expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "top_k 5 > n_experts 4", "router k > E");
     rt = r, rt.weights.dtype = MF_DTYPE_F16;
-    ok &= expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "weights dtype f16 (want f32)", "router w dtype");
+    ok &= th_expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "weights dtype f16 (want f32)", "router w dtype");
     rt = r, rt.order = (mf_moe_order)2;
-    ok &= expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "invalid order 2", "router order");
+    ok &= th_expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "invalid order 2", "router order");
     rt = r, rt.routed_scale = INFINITY;
-    ok &= expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "routed_scale inf", "router scale");
-    ok &= expect(ctx, mf_moe_router(ctx->be, &r), MF_OK, NULL, "router valid");
+    ok &= th_expect(ctx, mf_moe_router(ctx->be, &rt), MF_ERR_INVALID_ARG, "routed_scale inf", "router scale");
+    ok &= th_expect(ctx, mf_moe_router(ctx->be, &r), MF_OK, NULL, "router valid");
     mf_moe_permute_args pm = {.ids = ids, .offsets = off, .sorted = srt, .inv = inv, .n_experts = (int32_t)E}, pt;
     pt = pm, pt.n_experts = 0;
-    ok &= expect(ctx, mf_moe_permute(ctx->be, &pt), MF_ERR_INVALID_ARG, "n_experts 0", "permute E = 0");
+    ok &= th_expect(ctx, mf_moe_permute(ctx->be, &pt), MF_ERR_INVALID_ARG, "n_experts 0", "permute E = 0");
     pt = pm, pt.x = &x;
-    ok &= expect(ctx, mf_moe_permute(ctx->be, &pt), MF_ERR_INVALID_ARG, "x and xs must be given together", "permute x");
+    ok &= th_expect(ctx, mf_moe_permute(ctx->be, &pt), MF_ERR_INVALID_ARG, "x and xs must be given together", "permute x");
     pt = pm, pt.sorted.shape[0] = 9;
-    ok &= expect(ctx, mf_moe_permute(ctx->be, &pt), MF_ERR_INVALID_ARG, "sorted shape (9) != (10)", "permute sorted");
-    ok &= expect(ctx, mf_moe_permute(ctx->be, &pm), MF_OK, NULL, "permute valid");
+    ok &= th_expect(ctx, mf_moe_permute(ctx->be, &pt), MF_ERR_INVALID_ARG, "sorted shape (9) != (10)", "permute sorted");
+    ok &= th_expect(ctx, mf_moe_permute(ctx->be, &pm), MF_OK, NULL, "permute valid");
     if (ctx->be && strcmp(mf_backend_name(ctx->be), "cpu") == 0) { // ids out of range: CPU refuses (CUDA drops)
         ((int32_t *)ids.data)[7] = 4;
-        ok &= expect(ctx, mf_moe_permute(ctx->be, &pm), MF_ERR_INVALID_ARG, "ids[7] (token 3, slot 1) = 4 outside [0, 4)",
+        ok &= th_expect(ctx, mf_moe_permute(ctx->be, &pm), MF_ERR_INVALID_ARG, "ids[7] (token 3, slot 1) = 4 outside [0, 4)",
                      "permute id range");
         ((int32_t *)ids.data)[7] = 0;
     }
     mf_moe_combine_args cb = {.ys = x, .inv = inv, .weights = wts, .out = out}, ct;
     ct = cb, ct.out = x;
-    ok &= expect(ctx, mf_moe_combine(ctx->be, &ct), MF_ERR_INVALID_ARG, "out and ys overlap in memory", "combine out over ys");
+    ok &= th_expect(ctx, mf_moe_combine(ctx->be, &ct), MF_ERR_INVALID_ARG, "out and ys overlap in memory", "combine out over ys");
     ct = cb, ct.weights.shape[1] = 9;
-    ok &= expect(ctx, mf_moe_combine(ctx->be, &ct), MF_ERR_INVALID_ARG, "top_k 9", "combine k");
+    ok &= th_expect(ctx, mf_moe_combine(ctx->be, &ct), MF_ERR_INVALID_ARG, "top_k 9", "combine k");
     ct = cb, ct.shared_gate = &wts;
-    ok &= expect(ctx, mf_moe_combine(ctx->be, &ct), MF_ERR_INVALID_ARG, "shared_gate without shared", "combine gate");
+    ok &= th_expect(ctx, mf_moe_combine(ctx->be, &ct), MF_ERR_INVALID_ARG, "shared_gate without shared", "combine gate");
     mf_moe_experts_args ex = {.x = x, .offsets = off, .w1 = w1, .w2 = w2, .h = lg, .y = out};
-    ok &= expect(ctx, mf_moe_experts(ctx->be, &ex), MF_ERR_INVALID_ARG, "h shape (5, 4) != (5, 8)", "experts h");
+    ok &= th_expect(ctx, mf_moe_experts(ctx->be, &ex), MF_ERR_INVALID_ARG, "h shape (5, 4) != (5, 8)", "experts h");
     for (int i = 0; i < ctx->nbufs; i++) ctx->bufs[i]->checked = true; // valid calls wrote outputs
     return ok ? TH_PASS : TH_FAIL;
 }

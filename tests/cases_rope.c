@@ -155,13 +155,6 @@ static void add_rope(th_list *l, const rope_p *p) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     const int64_t qs[3] = {2, 3, 8}, ks[3] = {2, 1, 8}, two = 2, four = 4, qkv[3] = {2, 5, 8};
@@ -185,10 +178,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
         k2 = kk;                                                        \
         t.k = &k2;                                                      \
         mod;                                                            \
-        ok &= expect(ctx, mf_rope(ctx->be, &t), want, needle, what);    \
+        ok &= th_expect(ctx, mf_rope(ctx->be, &t), want, needle, what);    \
     } while (0)
-    ok &= expect(ctx, mf_rope(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_rope(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_rope(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_rope(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
     TRY(t.q.ndim = 2, MF_ERR_INVALID_ARG, "q has 2 dims", "2-D q");
     TRY(t.q.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG, "q dtype i32", "i32 q");
     TRY(t.q.shape[2] = 7, MF_ERR_INVALID_ARG, "head_dim 7", "odd head_dim");

@@ -353,13 +353,6 @@ static sm_p four_case(mf_dtype t, int64_t b, int64_t h, int64_t q, int64_t k) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     const int64_t s4[4] = {2, 3, 4, 8}, s2[2] = {4, 8}, s3[3] = {2, 4, 8};
@@ -379,10 +372,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     do {                                                                             \
         t = a;                                                                       \
         mod;                                                                         \
-        ok &= expect(ctx, mf_softmax(ctx->be, &t), want, needle, what);              \
+        ok &= th_expect(ctx, mf_softmax(ctx->be, &t), want, needle, what);              \
     } while (0)
-    ok &= expect(ctx, mf_softmax(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_softmax(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_softmax(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_softmax(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
     TRY(t.x = x3, MF_ERR_INVALID_ARG, "x has 3 dims", "3-D x");
     TRY(t.y = y2, MF_ERR_INVALID_ARG, "y has 2 dims", "2-D y for 4-D x");
     TRY(t.y.shape[2] = 3, MF_ERR_INVALID_ARG, "y shape[2] (q_len) = 3", "y shape");
@@ -445,7 +438,7 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     z = x;
     z.shape[2] = 0;
     TRY(t.x = z; t.y = z, MF_OK, NULL, "empty");
-    ok &= expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "sync");
+    ok &= th_expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "sync");
     ok &= th_check(ctx, bx, &x, ref, bound, "x (in place)");
 #undef TRY
     return ok ? TH_PASS : TH_FAIL;

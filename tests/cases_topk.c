@@ -141,13 +141,6 @@ static th_result run_topk(th_ctx *ctx, const void *params) {
 
 // ---- argument validation -----------------------------------------------------------
 
-static bool expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
-    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
-            mf_status_str(want), needle ? needle : "");
-    return false;
-}
-
 static th_result run_validation(th_ctx *ctx, const void *params) {
     (void)params;
     const int64_t xs[2] = {3, 8}, os[2] = {3, 4}, ss[2] = {3, 2}, bs[2] = {3, 16};
@@ -164,10 +157,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     do {                                                             \
         t = a;                                                       \
         mod;                                                         \
-        ok &= expect(ctx, mf_topk(ctx->be, &t), want, needle, what); \
+        ok &= th_expect(ctx, mf_topk(ctx->be, &t), want, needle, what); \
     } while (0)
-    ok &= expect(ctx, mf_topk(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
-    ok &= expect(ctx, mf_topk(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
+    ok &= th_expect(ctx, mf_topk(ctx->be, NULL), MF_ERR_INVALID_ARG, "args is NULL", "NULL args");
+    ok &= th_expect(ctx, mf_topk(NULL, &a), MF_ERR_INVALID_ARG, "backend is NULL", "NULL backend");
     TRY(t.x.data = NULL, MF_ERR_INVALID_ARG, "x", "NULL x data");
     TRY(t.stats.data = NULL, MF_ERR_INVALID_ARG, "stats", "NULL stats data");
     TRY(t.x.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG, "topk: x dtype i32", "i32 x");

@@ -280,6 +280,13 @@ static void index_str(const mf_tensor *t, int64_t lin, char *out, size_t cap) {
         len += (size_t)snprintf(out + len, cap - len, "%s%lld", d ? "," : "", (long long)idx[d]);
 }
 
+bool th_expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what) {
+    if (got == want && (!needle || strstr(mf_last_error(), needle))) return true;
+    th_fail(ctx, "%s: got %s '%s', want %s containing '%s'", what, mf_status_str(got), mf_last_error(),
+            mf_status_str(want), needle ? needle : "");
+    return false;
+}
+
 bool th_check(th_ctx *ctx, th_buf *b, const mf_tensor *t, const double *ref, const double *bound,
               const char *what) {
     b->checked = true;

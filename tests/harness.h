@@ -144,6 +144,10 @@ th_result th_status(th_ctx *ctx, mf_status st, const char *call);
         if (th_r_ != TH_PASS) return th_r_;                           \
     } while (0)
 
+// Checks a status and message: true when got == want and, if needle is not
+// NULL, mf_last_error() contains it; else fails the case naming `what`.
+bool th_expect(th_ctx *ctx, mf_status got, mf_status want, const char *needle, const char *what);
+
 // Downloads b and checks: guards intact, elements outside view t unchanged,
 // and for each element i of t (logical row-major order) |got - ref[i]| <= bound[i]
 // (ref +-inf / NaN must be matched exactly). `what` names it in messages.
