@@ -170,53 +170,26 @@ if want ceilings; then
   run ceilings 60 - "${py[@]}" "$root/bench/results.py" ceilings "$res/ceilings.csv" --commit "$commit"
 fi
 
-# ---- softmax ------------------------------------------------------------------------------------------------
-if want softmax; then
-  if has_bench softmax; then
-    run "bench softmax" 120 "$work/raw/softmax_minfer_bench.csv" "$minfer" bench softmax --format csv &&
-      add "$work/raw/softmax_minfer_bench.csv" "$res/softmax_minfer_bench.csv"
-  else skip "bench softmax" "minfer bench softmax not in this build"; fi
-  if has_script softmax_peers.py; then
-    run "softmax_peers" 150 - "${py[@]}" "$root/bench/softmax_peers.py" --out "$work/raw/softmax_peers.csv"
-    add "$work/raw/softmax_peers.csv" "$res/softmax_peers.csv"
-  else skip softmax_peers "bench/softmax_peers.py not in this tree"; fi
-fi
-
-# ---- attention ------------------------------------------------------------------------------------------
-if want attention; then
-  if has_bench attention; then
-    run "bench attention" 120 "$work/raw/attention_minfer_bench.csv" "$minfer" bench attention --format csv &&
-      add "$work/raw/attention_minfer_bench.csv" "$res/attention_minfer_bench.csv"
-  else skip "bench attention" "minfer bench attention not in this build"; fi
-  if has_script attention_peers.py; then
-    run "attention_peers" 150 - "${py[@]}" "$root/bench/attention_peers.py" --out "$work/raw/attention.csv"
-    add "$work/raw/attention.csv" "$res/attention.csv"
-  else skip attention_peers "bench/attention_peers.py not in this tree"; fi
-fi
-
-# ---- MoE ------------------------------------------------------------------------------------------------------
-if want moe; then
-  if has_bench moe; then
-    run "bench moe" 90 "$work/raw/moe_minfer_bench.csv" "$minfer" bench moe --format csv &&
-      add "$work/raw/moe_minfer_bench.csv" "$res/moe_minfer_bench.csv"
-  else skip "bench moe" "minfer bench moe not in this build"; fi
-  if has_script moe_peers.py; then
-    run "moe_peers" 120 - "${py[@]}" "$root/bench/moe_peers.py" --out "$work/raw/moe.csv"
-    add "$work/raw/moe.csv" "$res/moe.csv"
-  else skip moe_peers "bench/moe_peers.py not in this tree"; fi
-fi
-
-# ---- top-k / top-p candidates (mf_topk) ----------------------------------------------------------------------
-if want topk; then
-  if has_bench topk; then
-    run "bench topk" 60 "$work/raw/topk_minfer_bench.csv" "$minfer" bench topk --dtype f32,bf16 --format csv &&
-      add "$work/raw/topk_minfer_bench.csv" "$res/topk_minfer_bench.csv"
-  else skip "bench topk" "minfer bench topk not in this build"; fi
-  if has_script topk_peers.py; then
-    run "topk_peers" 90 - "${py[@]}" "$root/bench/topk_peers.py" --out "$work/raw/topk_peers.csv"
-    add "$work/raw/topk_peers.csv" "$res/topk_peers.csv"
-  else skip topk_peers "bench/topk_peers.py not in this tree"; fi
-fi
+# ---- op benches: `minfer bench OP` and bench/OP_peers.py -----------------------------------------------
+# op_pair OP BENCH_SECS PEERS_SECS PEERS_CSV [bench args...]: the op's bench
+# (appended to docs/results/OP_minfer_bench.csv) and its peers script (to
+# docs/results/PEERS_CSV), each skipped with a reason when absent.
+op_pair() {
+  local op=$1 tb=$2 tp=$3 pcsv=$4
+  shift 4
+  if has_bench "$op"; then
+    run "bench $op" "$tb" "$work/raw/${op}_minfer_bench.csv" "$minfer" bench "$op" "$@" --format csv &&
+      add "$work/raw/${op}_minfer_bench.csv" "$res/${op}_minfer_bench.csv"
+  else skip "bench $op" "minfer bench $op not in this build"; fi
+  if has_script "${op}_peers.py"; then
+    run "${op}_peers" "$tp" - "${py[@]}" "$root/bench/${op}_peers.py" --out "$work/raw/$pcsv"
+    add "$work/raw/$pcsv" "$res/$pcsv"
+  else skip "${op}_peers" "bench/${op}_peers.py not in this tree"; fi
+}
+if want softmax; then op_pair softmax 120 150 softmax_peers.csv; fi
+if want attention; then op_pair attention 120 150 attention.csv; fi
+if want moe; then op_pair moe 90 120 moe.csv; fi
+if want topk; then op_pair topk 60 90 topk_peers.csv --dtype f32,bf16; fi # top-k / top-p candidates (mf_topk)
 
 # ---- model: decode scaling with batch, both attention paths; per-op profile -------------------------------
 if want model; then
