@@ -27,12 +27,11 @@ import csv
 import datetime
 import math
 import os
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from peer_timing import commit, copy_ceiling, make_timer  # noqa: E402
 
 SEQS = [128, 512, 1024, 2048, 4096, 8192]
 BATCHES = [1, 4, 16, 32]
@@ -46,13 +45,6 @@ IMPLS = ["sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "torch_naive
 FIELDS = ["case", "impl", "batch", "heads", "kv_heads", "q_len", "k_len", "head_dim", "causal", "dtype", "p5_us",
           "p50_us", "p95_us", "tflops", "gbps", "pct_copy", "max_abs_err", "note", "device", "copy_gbps", "commit",
           "date"]
-
-
-def commit():
-    try:
-        return subprocess.check_output(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], text=True).strip()
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def cases(args):
@@ -114,44 +106,11 @@ def main():
     except Exception:  # noqa: BLE001
         backends, sdpa_kernel = {}, None
 
-    if args.cpu:
-        device = "cpu"
-
-        def timed(fn):
-            for _ in range(args.warmup):
-                fn()
-            s = []
-            for _ in range(args.iters):
-                t0 = time.perf_counter()
-                fn()
-                s.append((time.perf_counter() - t0) * 1e6)
-            s.sort()
-            pick = lambda q: s[max(0, math.ceil(q * len(s)) - 1)]  # noqa: E731
-            return pick(0.05), pick(0.5), pick(0.95)
-        copy_gbps = float("nan")
-    else:
-        device = torch.cuda.get_device_name()
-        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-        def timed(fn):
-            for _ in range(args.warmup):
-                fn()
-            s = []
-            for i in range(args.iters):
-                flush.fill_(i & 0x7f)
-                ev0.record()
-                fn()
-                ev1.record()
-                ev1.synchronize()
-                s.append(ev0.elapsed_time(ev1) * 1e3)
-            s.sort()
-            pick = lambda q: s[max(0, math.ceil(q * len(s)) - 1)]  # noqa: E731
-            return pick(0.05), pick(0.5), pick(0.95)
-        src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").fill_(0x3c)
-        dst = torch.empty_like(src)
-        copy_gbps = 2 * src.numel() / (timed(lambda: dst.copy_(src))[1] * 1e3)
-        src = dst = None
+    device = "cpu" if args.cpu else torch.cuda.get_device_name()
+    timed = make_timer(torch, not args.cpu, args.warmup, args.iters)
+    copy_gbps = float("nan")
+    if not args.cpu:
+        copy_gbps = copy_ceiling(torch, timed)
         print(f"# {device}: copy {copy_gbps:.1f} GB/s (read + write)", file=sys.stderr)
 
     impls = args.impls.split(",")

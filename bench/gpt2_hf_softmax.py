@@ -22,19 +22,12 @@ import csv
 import datetime
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
-
-
-def commit():
-    try:
-        return subprocess.check_output(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], text=True).strip()
-    except Exception:
-        return "unknown"
+from peer_timing import commit  # noqa: E402
 
 
 def make_model(torch, transformers, impl, dtype, state=None, seed=0):

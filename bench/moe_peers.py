@@ -30,19 +30,12 @@ import argparse
 import csv
 import datetime
 import os
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
-
-
-def commit():
-    try:
-        return subprocess.check_output(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], text=True).strip()
-    except Exception:
-        return "unknown"
+from peer_timing import commit  # noqa: E402
 
 
 def route(torch, x, wr, k):

@@ -27,11 +27,11 @@ import csv
 import datetime
 import math
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from peer_timing import commit, copy_ceiling, make_timer  # noqa: E402
 
 KS = [128, 512, 1024, 2048, 4096, 8192]
 BATCHES = [1, 4, 16, 32]
@@ -39,13 +39,6 @@ HEADS = [12, 16, 32]
 SUBSET = [(1, 32), (4, 16), (16, 12)]  # (batch, heads), as `minfer bench softmax`
 SWEEP_TOTAL = 1 << 27
 TRITON_MAX_COLS = 32768
-
-
-def commit():
-    try:
-        return subprocess.check_output(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], text=True).strip()
-    except Exception:
-        return "unknown"
 
 
 def make_triton(triton, tl):
@@ -102,29 +95,9 @@ def main():
     dev = torch.cuda.get_device_name()
     props = torch.cuda.get_device_properties(0)
     impls = a.impls.split(",")
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timed = make_timer(torch, True, a.warmup, a.iters)
 
-    def timed(fn):
-        for _ in range(a.warmup):
-            fn()
-        samples = []
-        for i in range(a.iters):
-            flush.fill_(i & 0x7f)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) * 1e3)
-        samples.sort()
-        pick = lambda q: samples[max(0, math.ceil(q * len(samples)) - 1)]  # noqa: E731
-        return pick(0.05), pick(0.5), pick(0.95)
-
-    # Ceiling: a 1 GiB device-to-device copy, read + write bytes.
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").fill_(0x3c)
-    dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() / (timed(lambda: dst.copy_(src))[1] * 1e3)
-    src = dst = None  # free the copy buffers
+    copy_gbps = copy_ceiling(torch, timed)  # a 1 GiB device-to-device copy, read + write bytes
     print(f"# {dev}: copy {copy_gbps:.1f} GB/s (read + write)", file=sys.stderr)
 
     cases = []

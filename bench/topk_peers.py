@@ -27,14 +27,12 @@ CSV). One CSV row per case and implementation, with device, commit and date.
 import argparse
 import csv
 import datetime
-import math
 import os
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from peer_timing import commit, copy_ceiling, make_timer  # noqa: E402
 
 VOCABS, BATCHES, KS = [32000, 128256, 151936], [1, 8, 64], [50, 1024]
 MORE_VOCABS, MORE_BATCHES, MORE_KS = [50257, 256000], [4, 16, 32, 128], [1, 256]
@@ -42,13 +40,6 @@ IMPLS = ["torch_topk", "hf_top_p", "minfer"]
 TOP_P = 0.9
 FIELDS = ["impl", "vocab", "batch", "k", "dtype", "scale", "p5_us", "p50_us", "p95_us", "MB_read", "gbps",
           "pct_copy", "max_abs_err", "note", "device", "copy_gbps", "commit", "date"]
-
-
-def commit():
-    try:
-        return subprocess.check_output(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], text=True).strip()
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def main():
@@ -80,45 +71,11 @@ def main():
         minfer = None
         print(f"# minfer binding unavailable: {e}", file=sys.stderr)
 
-    def pick(s):
-        s.sort()
-        q = lambda f: s[max(0, math.ceil(f * len(s)) - 1)]  # noqa: E731
-        return q(0.05), q(0.5), q(0.95)
-
-    if a.cpu:
-        device = "cpu (smoke)"
-
-        def timed(fn):
-            for _ in range(a.warmup):
-                fn()
-            s = []
-            for _ in range(a.iters):
-                t0 = time.perf_counter()
-                fn()
-                s.append((time.perf_counter() - t0) * 1e6)
-            return pick(s)
-        copy_gbps = float("nan")
-    else:
-        device = torch.cuda.get_device_name()
-        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-        def timed(fn):
-            for _ in range(a.warmup):
-                fn()
-            s = []
-            for i in range(a.iters):
-                flush.fill_(i & 0x7f)
-                ev0.record()
-                fn()
-                ev1.record()
-                ev1.synchronize()
-                s.append(ev0.elapsed_time(ev1) * 1e3)
-            return pick(s)
-        src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").fill_(0x3c)
-        dst = torch.empty_like(src)
-        copy_gbps = 2 * src.numel() / (timed(lambda: dst.copy_(src))[1] * 1e3)
-        src = dst = None
+    device = "cpu (smoke)" if a.cpu else torch.cuda.get_device_name()
+    timed = make_timer(torch, not a.cpu, a.warmup, a.iters)
+    copy_gbps = float("nan")
+    if not a.cpu:
+        copy_gbps = copy_ceiling(torch, timed)
         print(f"# {device}: copy {copy_gbps:.1f} GB/s (read + write)", file=sys.stderr)
 
     if a.cpu:
