@@ -1499,35 +1499,6 @@ out:
     free(tok);
 }
 
-static void test_greedy_cpu(mf_backend *cpu, const char *fx) {
-    char name[128];
-    snprintf(name, sizeof name, "greedy on the device(%s, cpu)", fx);
-    fixture f;
-    mf_model *m = NULL;
-    if (fixture_open(fx, &f) && check_ok(name, mf_model_load(f.dir, cpu, NULL, &m))) greedy_sessions(name, m, &f, false);
-    mf_model_free(m);
-    fixture_close(&f);
-}
-
-static void test_greedy_cuda(const char *fx, const char *attn) {
-    char name[160];
-    snprintf(name, sizeof name, "greedy on the device(%s, cuda bf16, attn=%s)", fx, attn);
-    if (!mf_cuda_available()) {
-        skip(name, "no CUDA device");
-        return;
-    }
-    fixture f;
-    mf_backend *be = NULL;
-    mf_model *m = NULL;
-    mf_model_opts o = {.dtype = MF_DTYPE_BF16, .attn = attn};
-    if (fixture_open(fx, &f) && check_ok(name, mf_backend_init("cuda", &be)) &&
-        check_ok(name, mf_model_load(f.dir, be, &o, &m)))
-        greedy_sessions(name, m, &f, !strcmp(attn, "flash"));
-    mf_model_free(m);
-    mf_backend_free(be);
-    fixture_close(&f);
-}
-
 // ---- sampling on the device (mf_session_forward_topk) ----------------------------------------------
 // Two sessions fed the same tokens: one returns logits, the other top-k
 // candidates and row sums. The candidates must be the top-k of the logits
@@ -1655,20 +1626,17 @@ out:
     free(tok);
 }
 
-static void test_topk_cpu(mf_backend *cpu, const char *fx) {
-    char name[128];
-    snprintf(name, sizeof name, "sampling on the device(%s, cpu)", fx);
-    fixture f;
-    mf_model *m = NULL;
-    if (fixture_open(fx, &f) && check_ok(name, mf_model_load(f.dir, cpu, NULL, &m))) topk_sessions(name, m, &f, false);
-    mf_model_free(m);
-    fixture_close(&f);
-}
-
-static void test_topk_cuda(const char *fx, const char *attn) {
+// Runs a fixture-sessions check (greedy_sessions, topk_sessions) on fixture fx:
+// on the CPU backend when cpu is given (f32), else on CUDA in bf16 with the
+// attention path attn (graphs checked on the flash path), skipped without a GPU.
+typedef void (*sessions_fn)(const char *name, mf_model *m, const fixture *f, bool graphs);
+static void on_fixture(const char *what, sessions_fn fn, mf_backend *cpu, const char *fx, const char *attn) {
     char name[160];
-    snprintf(name, sizeof name, "sampling on the device(%s, cuda bf16, attn=%s)", fx, attn);
-    if (!mf_cuda_available()) {
+    if (cpu)
+        snprintf(name, sizeof name, "%s(%s, cpu)", what, fx);
+    else
+        snprintf(name, sizeof name, "%s(%s, cuda bf16, attn=%s)", what, fx, attn);
+    if (!cpu && !mf_cuda_available()) {
         skip(name, "no CUDA device");
         return;
     }
@@ -1676,9 +1644,9 @@ static void test_topk_cuda(const char *fx, const char *attn) {
     mf_backend *be = NULL;
     mf_model *m = NULL;
     mf_model_opts o = {.dtype = MF_DTYPE_BF16, .attn = attn};
-    if (fixture_open(fx, &f) && check_ok(name, mf_backend_init("cuda", &be)) &&
-        check_ok(name, mf_model_load(f.dir, be, &o, &m)))
-        topk_sessions(name, m, &f, !strcmp(attn, "flash"));
+    if (fixture_open(fx, &f) && (cpu || check_ok(name, mf_backend_init("cuda", &be))) &&
+        check_ok(name, mf_model_load(f.dir, cpu ? cpu : be, cpu ? NULL : &o, &m)))
+        fn(name, m, &f, !cpu && !strcmp(attn, "flash"));
     mf_model_free(m);
     mf_backend_free(be);
     fixture_close(&f);
@@ -1768,24 +1736,24 @@ int main(int argc, char **argv) {
     test_faults(cpu, "mixtral-tiny");
     test_faults(cpu, "qwen2-moe-tiny");
     test_cycles(cpu);
-    test_greedy_cpu(cpu, "gpt2-tiny");
-    test_greedy_cpu(cpu, "llama-tiny");
-    test_greedy_cpu(cpu, "llama3-tiny");
-    test_greedy_cpu(cpu, "mixtral-tiny");
-    test_greedy_cpu(cpu, "qwen2-moe-tiny");
-    test_topk_cpu(cpu, "gpt2-tiny");
-    test_topk_cpu(cpu, "llama-tiny");
-    test_topk_cpu(cpu, "mixtral-tiny");
+    on_fixture("greedy on the device", greedy_sessions, cpu, "gpt2-tiny", NULL);
+    on_fixture("greedy on the device", greedy_sessions, cpu, "llama-tiny", NULL);
+    on_fixture("greedy on the device", greedy_sessions, cpu, "llama3-tiny", NULL);
+    on_fixture("greedy on the device", greedy_sessions, cpu, "mixtral-tiny", NULL);
+    on_fixture("greedy on the device", greedy_sessions, cpu, "qwen2-moe-tiny", NULL);
+    on_fixture("sampling on the device", topk_sessions, cpu, "gpt2-tiny", NULL);
+    on_fixture("sampling on the device", topk_sessions, cpu, "llama-tiny", NULL);
+    on_fixture("sampling on the device", topk_sessions, cpu, "mixtral-tiny", NULL);
     for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);
         test_cuda_graphs("llama-tiny", attns[a]);
         test_cuda_graphs("mixtral-tiny", attns[a]);   // top-2: batches 1, 3 recorded, 17 plain
         test_cuda_graphs("qwen2-moe-tiny", attns[a]); // top-4, gated shared expert
-        test_greedy_cuda("gpt2-tiny", attns[a]);
-        test_greedy_cuda("llama-tiny", attns[a]);
-        test_topk_cuda("gpt2-tiny", attns[a]);
-        test_topk_cuda("llama-tiny", attns[a]);
+        on_fixture("greedy on the device", greedy_sessions, NULL, "gpt2-tiny", attns[a]);
+        on_fixture("greedy on the device", greedy_sessions, NULL, "llama-tiny", attns[a]);
+        on_fixture("sampling on the device", topk_sessions, NULL, "gpt2-tiny", attns[a]);
+        on_fixture("sampling on the device", topk_sessions, NULL, "llama-tiny", attns[a]);
     }
     test_cuda_memory("llama-tiny");
 
