@@ -71,18 +71,33 @@ static void route_ref(const double *l, int E, int k, mf_moe_score score, mf_moe_
     for (int j = 0; j < k; j++) w[j] *= scale;
 }
 
-// The path the expert FFNs must have taken for N routed rows (every shape in
-// this file allows the decode kernels' 16-byte loads): on CUDA "decode" up to
-// MF_MOE_DECODE_MAX_ROWS, else "loop"; MINFER_MOE_GEMM=loop / grouped forces
-// one. The CPU has one path (the loop) and nothing to check.
-static bool expect_path(th_ctx *ctx, int64_t N) {
+// The path the expert FFNs must take for N routed rows of dtype dt (every
+// shape in this file allows the decode kernels' 16-byte loads and the sm_90a
+// GEMMs' 16-byte strides): on CUDA "decode" up to MF_MOE_DECODE_MAX_ROWS, else
+// "loop"; MINFER_MOE_GEMM=loop / grouped forces one; MINFER_MOE_GEMM=wgmma
+// takes our grouped GEMMs for f16/bf16 on a compute capability 9.0 device
+// (where the build must have them: a missing sm_90a image fails here) and
+// the default elsewhere. The CPU has one path (the loop): "".
+static const char *want_path(th_ctx *ctx, int64_t N, mf_dtype dt) {
 #ifdef MF_HAVE_CUDA
-    if (mf_backend_device(ctx->be) != MF_DEVICE_CUDA) return true;
+    if (mf_backend_device(ctx->be) != MF_DEVICE_CUDA) return "";
     const char *env = getenv("MINFER_MOE_GEMM");
-    const char *want = env && !strcmp(env, "grouped") ? "grouped"
-                       : env && !strcmp(env, "loop")  ? "loop"
-                       : N <= MF_MOE_DECODE_MAX_ROWS  ? "decode"
-                                                      : "loop";
+    if (env && !strcmp(env, "grouped")) return "grouped";
+    if (env && !strcmp(env, "loop")) return "loop";
+    int cc = 0;
+    (void)mf_cuda_moe_sm90(ctx->be, &cc);
+    if (env && !strcmp(env, "wgmma") && dt != MF_DTYPE_F32 && cc == 90) return "wgmma";
+    return N <= MF_MOE_DECODE_MAX_ROWS ? "decode" : "loop";
+#else
+    (void)ctx, (void)N, (void)dt;
+    return "";
+#endif
+}
+
+static bool expect_path(th_ctx *ctx, int64_t N, mf_dtype dt) {
+#ifdef MF_HAVE_CUDA
+    const char *want = want_path(ctx, N, dt);
+    if (!*want) return true;
     const char *got = mf_cuda_moe_last_path(ctx->be);
     printf("  .. [cuda] %s: experts path %s\n", ctx->case_name, got);
     if (strcmp(got, want) != 0) {
@@ -90,7 +105,7 @@ static bool expect_path(th_ctx *ctx, int64_t N) {
         return false;
     }
 #else
-    (void)ctx, (void)N;
+    (void)ctx, (void)N, (void)dt;
 #endif
     return true;
 }
@@ -456,18 +471,14 @@ static th_result run_layer(th_ctx *ctx, const void *params) {
         }
         for (int64_t i = 0; i < H; i++) err[i] = 2 * (err[i] + eo * fabs(acc[i]) + tiny);
     }
-    // Capturable (no host sync) exactly when CUDA takes the decode path.
-    bool want_cap = false;
-#ifdef MF_HAVE_CUDA
-    const char *env = getenv("MINFER_MOE_GEMM");
-    want_cap = mf_backend_device(ctx->be) == MF_DEVICE_CUDA && T * k <= MF_MOE_DECODE_MAX_ROWS &&
-               !(env && (!strcmp(env, "loop") || !strcmp(env, "grouped")));
-#endif
+    // Capturable (no host sync) exactly when CUDA takes the decode or the wgmma path.
+    const char *path = want_path(ctx, T * k, p->dt);
+    const bool want_cap = !strcmp(path, "decode") || !strcmp(path, "wgmma");
     const bool cap = mf_moe_capturable(ctx->be, &a);
     if (cap != want_cap) return th_fail(ctx, "mf_moe_capturable %d, want %d", (int)cap, (int)want_cap);
     TH_CALL(ctx, mf_moe(ctx->be, &a));
     bool ok = th_check(ctx, bout, &out, ref, bnd, "out");
-    return ok && expect_path(ctx, T * k) ? TH_PASS : TH_FAIL;
+    return ok && expect_path(ctx, T * k, p->dt) ? TH_PASS : TH_FAIL;
 }
 
 static void add_layer(th_list *l, const layer_p *p) {
@@ -531,7 +542,7 @@ static th_result run_experts(th_ctx *ctx, const void *params) {
     TH_CALL(ctx, mf_moe_experts(ctx->be, &a));
     bh->checked = true; // scratch
     bool ok = th_check(ctx, by, &y, ref, bnd, "y");
-    return ok && expect_path(ctx, N) ? TH_PASS : TH_FAIL;
+    return ok && expect_path(ctx, N, p->dt) ? TH_PASS : TH_FAIL;
 }
 
 // ---- bad input ----------------------------------------------------------------------------
@@ -751,6 +762,22 @@ void th_cases_moe(th_list *l) {
                "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
                mf_dtype_name(dex[c].dt), (long long)dex[c].N, (long long)dex[c].H, (long long)dex[c].I, dex[c].E,
                ffn_names[dex[c].ffn], th_b(dex[c].host), (long long)dex[c].tail);
+    // 11. Shapes for the sm_90a grouped GEMMs' tiles (128 rows x 256 columns, K steps of 64):
+    //     experts with several row tiles, partial column tiles, K tails in both GEMMs
+    //     (H = 200, I = 136), two column tiles (H = 264, I = 320), 64 experts; a whole layer.
+    const experts_p gex[3] = {
+        {.dt = MF_DTYPE_BF16, .N = 700, .H = 200, .I = 136, .E = 5, .ffn = MF_MOE_FFN_SWIGLU, .tail = 9},
+        {.dt = MF_DTYPE_F16, .N = 300, .H = 264, .I = 320, .E = 3, .ffn = MF_MOE_FFN_GELU, .host = true},
+        {.dt = MF_DTYPE_BF16, .N = 1000, .H = 64, .I = 64, .E = 64, .ffn = MF_MOE_FFN_SWIGLU, .tail = 1},
+    };
+    for (int c = 0; c < 3; c++)
+        th_add(l, run_experts, &gex[c], sizeof gex[c],
+               "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
+               mf_dtype_name(gex[c].dt), (long long)gex[c].N, (long long)gex[c].H, (long long)gex[c].I, gex[c].E,
+               ffn_names[gex[c].ffn], th_b(gex[c].host), (long long)gex[c].tail);
+    const layer_p glayer = {.dt = MF_DTYPE_BF16, .T = 512, .H = 128, .I = 192, .E = 8, .k = 2, .renorm = true,
+                            .scale = 1.0f, .res = RES_INPLACE};
+    add_layer(l, &glayer);
     layer_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "moe(validation)");
 }

@@ -39,7 +39,8 @@ struct mf_cuda_ctx {
     mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
     mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
     void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
-    const char *moe_path;     // how the last moe_experts ran: "decode" | "loop" | "grouped" (moe.cu); NULL before
+    const char *moe_path;     // how the last moe_experts ran: "decode" | "wgmma" | "loop" | "grouped" (moe.cu); NULL before
+    int moe_sm90;             // the sm_90a grouped GEMM runs here: 1 yes, -1 no, 0 not asked yet (moe_gemm.cu)
 };
 
 // Slots of mf_cuda_ctx::err_count: one counter per kind of device-side error.

@@ -8,6 +8,9 @@
 //             selected expert's weights once (moe_decode_kernel);
 //   "loop"    otherwise: the per-expert cuBLASLt loop of src/ops/moe.c, sized
 //             by one device-to-host read of the E + 1 offsets per layer;
+//   "wgmma"   MINFER_MOE_GEMM=wgmma (f16/bf16 on sm_90a): our grouped GEMMs
+//             (src/cuda/moe_gemm.cu), offsets read on the device, no sync;
+//             opt-in until an H100 has checked and timed it;
 //   "grouped" MINFER_MOE_GEMM=grouped: cublasGemmGroupedBatchedEx (same read-back).
 // UNVERIFIED on a GPU (compile-checked for sm_80, sm_90a).
 //
@@ -22,6 +25,7 @@
 #include <cublas_v2.h>
 
 #include "cuda/common.cuh"
+#include "cuda/moe_gemm.cuh"
 #include "ops/act_math.h"
 #include "ops/moe_loop.h"
 
@@ -662,20 +666,40 @@ mf_status decode_run(mf_backend *be, const mf_moe_experts_args *a) {
     return decode_launch(c, p, slots);
 }
 
-// MINFER_MOE_GEMM: "grouped" or "loop" force that path (measurements); unset
-// or anything else: decode when it fits, else the loop.
+// MINFER_MOE_GEMM: "grouped" or "loop" force that path (measurements);
+// "wgmma" takes our sm_90a grouped GEMMs wherever they fit (any number of
+// rows), else what unset takes; unset or anything else: decode when it fits,
+// else the loop.
 const char *forced_path() {
     const char *mode = getenv("MINFER_MOE_GEMM");
     if (mode && strcmp(mode, "grouped") == 0) return "grouped";
     if (mode && strcmp(mode, "loop") == 0) return "loop";
+    if (mode && strcmp(mode, "wgmma") == 0) return "wgmma";
     return nullptr;
+}
+
+// The path mf_cuda_moe_experts takes for p (given valid arguments).
+const char *experts_path(mf_cuda_ctx *c, const mf_moe_experts_args *p) {
+    const char *forced = forced_path();
+    if (forced && strcmp(forced, "wgmma") == 0) {
+        if (mf_moe_sm90_fits(c, p)) return "wgmma";
+        forced = nullptr;
+    }
+    if (forced) return forced;
+    return decode_fits(p) ? "decode" : "loop";
 }
 
 } // namespace
 
 extern "C" bool mf_cuda_moe_experts_capturable(mf_backend *be, const mf_moe_experts_args *p) {
-    (void)be;
-    return !forced_path() && decode_fits(p);
+    const char *path = experts_path(mf_cuda_ctx_of(be), p);
+    return strcmp(path, "decode") == 0 || strcmp(path, "wgmma") == 0;
+}
+
+extern "C" int mf_cuda_moe_sm90(mf_backend *be, int *cc) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    if (cc) *cc = 10 * c->cc_major + c->cc_minor;
+    return mf_moe_sm90_available(c);
 }
 
 extern "C" const char *mf_cuda_moe_last_path(mf_backend *be) {
@@ -734,19 +758,21 @@ extern "C" void mf_cuda_moe_release(mf_cuda_ctx *c) {
 }
 
 // The expert FFNs: the decode kernels when they fit (no read-back), else the
-// per-expert cuBLASLt loop, or the grouped GEMM when MINFER_MOE_GEMM asks.
+// per-expert cuBLASLt loop; our sm_90a grouped GEMMs or cuBLAS's grouped GEMM
+// when MINFER_MOE_GEMM asks.
 extern "C" mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *p) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
-    const char *forced = forced_path();
-    if (!forced && decode_fits(p)) {
-        c->moe_path = "decode";
-        return decode_run(be, p);
+    const char *path = experts_path(c, p);
+    c->moe_path = path;
+    if (strcmp(path, "decode") == 0) return decode_run(be, p);
+    if (strcmp(path, "loop") == 0) return mf_moe_experts_loop(be, p);
+    if (strcmp(path, "wgmma") == 0) {
+        if (p->host_offsets) { // given: check them (no sync); otherwise the kernels clamp
+            const int32_t *o = nullptr;
+            MF_TRY(mf_moe_host_offsets(be, p, nullptr, &o));
+        }
+        return mf_moe_sm90_run(c, p);
     }
-    if (!forced || strcmp(forced, "loop") == 0) {
-        c->moe_path = "loop";
-        return mf_moe_experts_loop(be, p);
-    }
-    c->moe_path = "grouped";
     // Pointer arrays live at the start of the cuBLASLt workspace: stream-ordered
     // between GEMMs, so no Lt call is using it meanwhile.
     if (c->workspace_bytes < 3 * 256 * sizeof(void *))

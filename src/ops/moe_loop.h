@@ -36,8 +36,14 @@ bool mf_moe_capturable(mf_backend *be, const mf_moe_args *args);
 #ifdef MF_HAVE_CUDA
 // How the CUDA backend's last mf_moe_experts (or mf_moe) ran its expert FFNs:
 // "decode" (the device-routed kernels), "loop" (per-expert cuBLASLt, offsets
-// read back), "grouped" (MINFER_MOE_GEMM=grouped); "" before the first call.
+// read back), "wgmma" (our sm_90a grouped GEMMs, MINFER_MOE_GEMM=wgmma),
+// "grouped" (MINFER_MOE_GEMM=grouped); "" before the first call.
 const char *mf_cuda_moe_last_path(mf_backend *be);
+
+// Whether the sm_90a grouped GEMMs run on this backend's device (this build
+// has sm_90a code and the device is compute capability 9.0); *cc (if not
+// NULL) gets the compute capability as 10 major + minor. For tests and benchmarks.
+int mf_cuda_moe_sm90(mf_backend *be, int *cc);
 #endif
 
 #ifdef __cplusplus
