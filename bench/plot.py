@@ -421,6 +421,14 @@ def plot_moe(results, out, made):
         cur = series.setdefault(name, {}).get(k)
         if cur is None or t > cur[0]:
             series[name][k] = (t, col(r, *tf))
+        # minfer bench moe also times the other expert paths on the same data
+        for alt, alt_name in (("wgmma_TFLOP/s", "minfer-wgmma"), ("grouped_TFLOP/s", "cublas-grouped")):
+            v = col(r, alt)
+            if v:
+                aname = alt_name + name[len(impl):]
+                cur = series.setdefault(aname, {}).get(k)
+                if cur is None or t > cur[0]:
+                    series[aname][k] = (t, v)
         d = col(r, "dense_tflops", "dense_TFLOP/s")
         if d:
             dense[k] = max(dense.get(k, (0, 0)), (t, d))

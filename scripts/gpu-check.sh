@@ -306,7 +306,22 @@ stage_memcheck() {
     note+="$tool: ${summary:-rc $r}; "
     ((r)) && rc=1
   done
-  note+="$(grep -E '[0-9]+ passed' "$logs/memcheck.log" | tail -n1)"
+  local passed
+  passed=$(grep -E '[0-9]+ passed' "$logs/memcheck.log" | tail -n1)
+  # The MoE expert GEMMs only MINFER_MOE_GEMM=wgmma selects (TMA + wgmma, sm_90a).
+  if [[ -z ${MF_GPU_MEMCHECK_FILTER:-} ]]; then
+    for tool in memcheck initcheck; do
+      echo "----- MINFER_MOE_GEMM=wgmma compute-sanitizer --tool $tool (moe cases)"
+      MINFER_MOE_GEMM=wgmma timeout "$tmo" "$cs" --tool "$tool" --error-exitcode 86 "$test_ops" --backend cuda \
+        --filter 'moe('
+      r=$?
+      summary=$(grep -h 'ERROR SUMMARY' "$logs/memcheck.log" | tail -n1 | sed 's/^=* *//')
+      ((r == 124)) && summary="timed out after ${tmo}s"
+      note+="wgmma $tool: ${summary:-rc $r}; "
+      ((r)) && rc=1
+    done
+  fi
+  note+="$passed"
   return $rc
 }
 : >"$logs/memcheck.log"

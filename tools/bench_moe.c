@@ -13,7 +13,8 @@
 //   CUDA: the expert part again with cublasGemmGroupedBatchedEx
 //   (MINFER_MOE_GEMM=grouped) in the same run, as grouped_us / TFLOP/s, and
 //   with the per-expert cuBLASLt loop forced (MINFER_MOE_GEMM=loop) as
-//   loop_us; experts_path names the path experts_us took ("decode" at
+//   loop_us, and on sm_90a with our grouped GEMMs (MINFER_MOE_GEMM=wgmma) as
+//   wgmma_us / TFLOP/s / % of the dense GEMM; experts_path names the path experts_us took ("decode" at
 //   <= 32 routed rows: the device-routed kernels without the read-back).
 // The routed ids are planted (even: assignment a goes to expert a mod E;
 // zipf: k distinct experts per token drawn with p(e) ~ 1 / (e + 1)), so the
@@ -139,12 +140,12 @@ static mf_tensor view(void *data, mf_dtype dt, mf_device dev, int nd, int64_t d0
     return t;
 }
 
-enum { NCOLS = 28 };
+enum { NCOLS = 31 };
 static const char *const col_names[NCOLS] = {
     "mode", "routing", "experts", "top_k", "hidden", "ffn", "batch", "tokens", "dtype", "router_us", "permute_us",
     "experts_us", "combine_us", "layer_us", "overhead_%", "expert_TFLOP/s", "dense_TFLOP/s", "%dense",
-    "experts_used", "weight_GB/s", "%copy", "grouped_us", "grouped_TFLOP/s", "experts_path", "loop_us", "device", "copy_GB/s",
-    "date"};
+    "experts_used", "weight_GB/s", "%copy", "grouped_us", "grouped_TFLOP/s", "experts_path", "loop_us", "wgmma_us", "wgmma_TFLOP/s", "wgmma_%dense",
+    "device", "copy_GB/s", "date"};
 
 static double p50_of(mf_bench_timer *tm, mf_bench_fn fn, void *arg, const moe_opts *o, double *samples, mf_status *st) {
     if (*st != MF_OK) return NAN;
@@ -236,12 +237,19 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
 #endif
     const double t_comb = p50_of(tm, run_combine, &s, o, samples, &st);
     const double t_dense = p50_of(tm, run_dense, &s, o, samples, &st);
-    double t_grouped = NAN, t_loop = NAN;
-    if (dev == MF_DEVICE_CUDA && st == MF_OK) { // the alternative expert path, same data
+    double t_grouped = NAN, t_loop = NAN, t_wgmma = NAN;
+    if (dev == MF_DEVICE_CUDA && st == MF_OK) { // the alternative expert paths, same data
         setenv("MINFER_MOE_GEMM", "grouped", 1);
         t_grouped = p50_of(tm, run_experts, &s, o, samples, &st);
         setenv("MINFER_MOE_GEMM", "loop", 1);
         t_loop = p50_of(tm, run_experts, &s, o, samples, &st);
+#ifdef MF_HAVE_CUDA
+        if (mf_cuda_moe_sm90(be, NULL)) { // our sm_90a grouped GEMMs
+            setenv("MINFER_MOE_GEMM", "wgmma", 1);
+            t_wgmma = p50_of(tm, run_experts, &s, o, samples, &st);
+            if (st == MF_OK && strcmp(mf_cuda_moe_last_path(be), "wgmma") != 0) t_wgmma = NAN; // did not fit
+        }
+#endif
         unsetenv("MINFER_MOE_GEMM");
     }
     if (st == MF_OK) {
@@ -274,9 +282,12 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
         fmt(cells[22], flops / (t_grouped * 1e6), 4);
         snprintf(cells[23], 192, "%s", path);
         fmt(cells[24], t_loop, 1);
-        snprintf(cells[25], 192, "%s", device);
-        fmt(cells[26], copy, 1);
-        snprintf(cells[27], 192, "%s", date);
+        fmt(cells[25], t_wgmma, 1);
+        fmt(cells[26], flops / (t_wgmma * 1e6), 4);
+        fmt(cells[27], 100.0 * t_dense / t_wgmma, 1);
+        snprintf(cells[28], 192, "%s", device);
+        fmt(cells[29], copy, 1);
+        snprintf(cells[30], 192, "%s", date);
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
         if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
