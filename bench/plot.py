@@ -181,7 +181,8 @@ _COLORS = {"minfer": "#1f77b4", "minfer_flash": "#1f77b4", "minfer_classic": "#1
            "hf_eager": "#d62728", "triton": "#9467bd", "torch_softmax": "#ff7f0e", "torch_eager": "#d62728",
            "torch_compile": "#8c564b", "sdpa_flash": "#2ca02c", "sdpa_cudnn": "#ff7f0e", "sdpa_efficient": "#8c564b",
            "torch_grouped_mm": "#ff7f0e", "torch_bmm": "#2ca02c", "torch_loop": "#d62728", "grouped_mm": "#ff7f0e",
-           "hf_loop": "#d62728", "torch_naive": "#e377c2", "sdpa_math": "#7f7f7f"}
+           "hf_loop": "#d62728", "torch_naive": "#e377c2", "sdpa_math": "#7f7f7f", "minfer-wgmma": "#08306b",
+           "cublas-grouped": "#bcbd22"}
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
             "#7f7f7f"]
 
