@@ -292,33 +292,30 @@ stage_memcheck() {
   [[ -n $test_ops ]] || { note="test_ops not built"; return 1; }
   local filt=()
   [[ -n ${MF_GPU_MEMCHECK_FILTER:-} ]] && filt=(--filter "$MF_GPU_MEMCHECK_FILTER")
-  # memcheck over the op tests, then racecheck (shared-memory hazards) and
-  # initcheck (reads of uninitialised device memory) over the same cases.
-  local tool rc=0 r summary
-  for tool in memcheck racecheck initcheck; do
-    echo "----- compute-sanitizer --tool $tool"
-    local extra=()
+  # One compute-sanitizer run over test_ops --backend cuda: LABEL TOOL [test_ops args...].
+  local rc=0
+  sanitize() {
+    local label=$1 tool=$2 r summary extra=()
+    shift 2
+    echo "----- ${label}compute-sanitizer --tool $tool"
     [[ $tool == memcheck ]] && extra=(--leak-check full)
-    timeout "$tmo" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 86 "$test_ops" --backend cuda "${filt[@]}"
+    timeout "$tmo" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 86 "$test_ops" --backend cuda "$@"
     r=$?
     summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$logs/memcheck.log" | tail -n1 | sed 's/^=* *//')
     ((r == 124)) && summary="timed out after ${tmo}s"
-    note+="$tool: ${summary:-rc $r}; "
+    note+="$label$tool: ${summary:-rc $r}; "
     ((r)) && rc=1
-  done
+  }
+  # memcheck over the op tests, then racecheck (shared-memory hazards) and
+  # initcheck (reads of uninitialised device memory) over the same cases.
+  local tool
+  for tool in memcheck racecheck initcheck; do sanitize "" "$tool" "${filt[@]}"; done
   local passed
   passed=$(grep -E '[0-9]+ passed' "$logs/memcheck.log" | tail -n1)
   # The MoE expert GEMMs only MINFER_MOE_GEMM=wgmma selects (TMA + wgmma, sm_90a).
   if [[ -z ${MF_GPU_MEMCHECK_FILTER:-} ]]; then
     for tool in memcheck initcheck; do
-      echo "----- MINFER_MOE_GEMM=wgmma compute-sanitizer --tool $tool (moe cases)"
-      MINFER_MOE_GEMM=wgmma timeout "$tmo" "$cs" --tool "$tool" --error-exitcode 86 "$test_ops" --backend cuda \
-        --filter 'moe('
-      r=$?
-      summary=$(grep -h 'ERROR SUMMARY' "$logs/memcheck.log" | tail -n1 | sed 's/^=* *//')
-      ((r == 124)) && summary="timed out after ${tmo}s"
-      note+="wgmma $tool: ${summary:-rc $r}; "
-      ((r)) && rc=1
+      MINFER_MOE_GEMM=wgmma sanitize "wgmma " "$tool" --filter 'moe('
     done
   fi
   note+="$passed"
