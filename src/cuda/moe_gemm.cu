@@ -33,7 +33,9 @@
 //     the producer meanwhile fills the ring for the next tile.
 // K tails, rows past N and weight rows past the expert's end are zero-filled
 // by TMA (out of the tensor's bounds), so any K (a multiple of 8: 16-byte
-// global strides) works.
+// global strides) works. A plain / GELU tile whose second half has no output
+// column neither loads nor multiplies it. A barrier wait over 10 s traps (a
+// launch error, not a hang).
 #include <climits>
 #include <cstring>
 #include <type_traits>
@@ -93,17 +95,35 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
 
-// Wait until the phase of parity `parity` has completed (a fresh barrier
-// counts its phase before 0, of parity 1, as completed).
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+// Whether the phase of parity `parity` has completed (a fresh barrier counts
+// its phase before 0, of parity 1, as completed); may suspend a while first.
+__device__ __forceinline__ bool mbar_try(uint64_t *bar, uint32_t parity) {
+    uint32_t done;
     asm volatile("{\n"
                  ".reg .pred p;\n"
-                 "WAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT_%=;\n"
-                 "}\n" ::"r"(smem_u32(bar)),
-                 "r"(parity)
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n"
+                 "}\n"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(parity)
                  : "memory");
+    return done != 0;
+}
+
+// Wait for that phase. A wait of over 10 s can only be a protocol bug (a
+// stage takes microseconds): trap, so the launch fails with an error instead
+// of hanging the process.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    if (mbar_try(bar, parity)) return;
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (uint32_t n = 1;; n++) {
+        if (mbar_try(bar, parity)) return;
+        if ((n & 1023) == 0) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (t - t0 > 10000000000ull) __trap();
+        }
+    }
 }
 
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar) {
@@ -153,6 +173,14 @@ template <typename T> __device__ __forceinline__ void wgmma_128(float (&d)[64], 
 #undef MF_WGMMA_128
 #undef MF_ACC8
 
+// Pins the accumulators after a wait_group: the compiler sees them change
+// here, so no read of them moves above the wait (they are the wgmma asm's
+// outputs as far as it knows).
+__device__ __forceinline__ void fence_acc(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {
@@ -175,6 +203,15 @@ __device__ __forceinline__ void tile_of(int t, const int *cum, int E, int nt, in
     mt = local % mtiles, ct = local / mtiles;
 }
 
+// Whether a tile whose first weight row is b0 needs its second B half:
+// always for SwiGLU (the up rows); for plain / GELU only when any of its
+// columns b0 + 128 ... is an output column. The box would lie wholly outside
+// W otherwise: not loaded (PTX does not say what such a box credits to the
+// mbarrier) and not multiplied.
+__device__ __forceinline__ bool second_half(const GemmParams &p, int b0) {
+    return p.mode == kEpSwiglu || b0 + kHalf < p.n_out;
+}
+
 template <typename T> __device__ __forceinline__ void store2(void *out, int64_t i, float a, float b);
 template <> __device__ __forceinline__ void store2<__nv_bfloat16>(void *out, int64_t i, float a, float b) {
     *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(out) + i) = __floats2bfloat162_rn(a, b);
@@ -192,7 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const GemmParams p) {
 #ifdef MF_SM90A_DEVICE
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
+    // The swizzle pattern follows shared-memory address bits 4-9: align the ring's shared address to 1024.
+    uint8_t *ring = smem_raw + (((smem_u32(smem_raw) + 1023u) & ~1023u) - smem_u32(smem_raw));
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + kStages * kStage); // TMA bytes landed (1 arrival + tx)
     uint64_t *empty = full + kStages;                                        // both consumers done (2 arrivals)
     int *cum = reinterpret_cast<int *>(empty + kStages);                     // (E + 1) tiles before expert e
@@ -203,7 +241,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int nt = (p.n_out + tile_n - 1) / tile_n;
 
     // The tile table: rows of each expert (offsets clamped to [0, rows], a
-    // decreasing pair is empty), then a warp scan of the tile counts.
+    // decreasing pair is empty), then a warp scan of the tile counts. Offsets
+    // that break the non-decreasing contract give overlapping ranges: rows
+    // written twice (a race), never outside [0, rows).
     for (int e = tid; e < E; e += kThreads) {
         const int lo = min(max(p.offsets[e], 0), p.rows), hi = min(max(p.offsets[e + 1], 0), p.rows);
         first[e] = lo, count[e] = max(hi - lo, 0);
@@ -250,13 +290,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                 tile_of(t, cum, E, nt, e, mt, ct);
                 const int row0 = first[e] + mt * kBM;
                 const int b0 = ct * tile_n, b1 = p.mode == kEpSwiglu ? p.up + b0 : b0 + kHalf;
+                const bool two = second_half(p, b0);
                 for (int kb = 0; kb < p.kt; kb++) {
                     mbar_wait(&empty[s], ph ^ 1);
-                    mbar_expect_tx(&full[s], kStage);
+                    mbar_expect_tx(&full[s], two ? kStage : kStage - kBTile);
                     uint8_t *st = ring + s * kStage;
                     tma_load_2d(st, &ta, kb * kBK, row0, &full[s]);
                     tma_load_3d(st + kATile, &tb, kb * kBK, b0, e, &full[s]);
-                    tma_load_3d(st + kATile + kBTile, &tb, kb * kBK, b1, e, &full[s]);
+                    if (two) tma_load_3d(st + kATile + kBTile, &tb, kb * kBK, b1, e, &full[s]);
                     if (++s == kStages) s = 0, ph ^= 1;
                 }
             }
@@ -275,24 +316,34 @@ __global__ void __launch_bounds__(kThreads, 1)
             tile_of(t, cum, E, nt, e, mt, ct);
 #pragma unroll
             for (int i = 0; i < 64; i++) acc0[i] = 0.0f, acc1[i] = 0.0f;
+            const bool two = second_half(p, ct * tile_n);
             int prev = -1;
             for (int kb = 0; kb < p.kt; kb++) {
                 mbar_wait(&full[s], ph);
                 const uint32_t a = smem_u32(ring + s * kStage) + g * (64 * 128);
                 const uint32_t b0 = smem_u32(ring + s * kStage + kATile), b1 = b0 + kBTile;
-                wgmma_fence();
+                if (two) {
+                    wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kBK / 16; kk++) {
-                    wgmma_128<T>(acc0, smem_desc(a + 32 * kk), smem_desc(b0 + 32 * kk));
-                    wgmma_128<T>(acc1, smem_desc(a + 32 * kk), smem_desc(b1 + 32 * kk));
+                    for (int kk = 0; kk < kBK / 16; kk++) {
+                        wgmma_128<T>(acc0, smem_desc(a + 32 * kk), smem_desc(b0 + 32 * kk));
+                        wgmma_128<T>(acc1, smem_desc(a + 32 * kk), smem_desc(b1 + 32 * kk));
+                    }
+                    wgmma_commit();
+                } else { // (fence and commit in each branch: ptxas injects its own fences at a join)
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < kBK / 16; kk++)
+                        wgmma_128<T>(acc0, smem_desc(a + 32 * kk), smem_desc(b0 + 32 * kk));
+                    wgmma_commit();
                 }
-                wgmma_commit();
                 wgmma_wait<1>(); // the previous step's MMAs are done: its stage can refill
                 if (prev >= 0 && leader) mbar_arrive(&empty[prev]);
                 prev = s;
                 if (++s == kStages) s = 0, ph ^= 1;
             }
             wgmma_wait<0>();
+            fence_acc(acc0), fence_acc(acc1);
             if (leader) mbar_arrive(&empty[prev]);
 
             // Epilogue: this thread's rows r and r + 8, columns 8 j + 2 (lane % 4) + {0, 1}.
@@ -433,12 +484,15 @@ bool mf_moe_sm90_fits(mf_cuda_ctx *c, const mf_moe_experts_args *p) {
     // Tiles: at most (N / 128 + E) row tiles x (I / 128 or H / 256 + 1) column tiles, in int.
     const int64_t rt = N / kBM + E, ct = (H > I ? H : I) / kHalf + 1;
     if (rt * ct >= INT_MAX) return false;
-    const int64_t ld[6] = {p->x.stride[0], p->h.stride[0], p->y.stride[0], p->w1.stride[1], p->w2.stride[1],
-                           E > 1 ? p->w1.stride[0] : 8};
-    const int64_t ld2 = E > 1 ? p->w2.stride[0] : 8;
+    // One expert: stride[0] unused (the map gets a dense one). Several: each
+    // expert's weights must not overlap the next (the tensor map's strides
+    // grow with the dimensions).
+    const int64_t wse1 = E > 1 ? p->w1.stride[0] : rows1 * p->w1.stride[1];
+    const int64_t wse2 = E > 1 ? p->w2.stride[0] : H * p->w2.stride[1];
+    const int64_t ld[7] = {p->x.stride[0], p->h.stride[0], p->y.stride[0], p->w1.stride[1], p->w2.stride[1], wse1, wse2};
     for (int64_t l : ld)
         if (l <= 0 || l % 8 || l >= (int64_t)1 << 38) return false;
-    if (ld2 <= 0 || ld2 % 8 || ld2 >= (int64_t)1 << 38) return false;
+    if (wse1 < rows1 * p->w1.stride[1] || wse2 < H * p->w2.stride[1]) return false;
     if (!aligned16(p->x.data) || !aligned16(p->h.data) || !aligned16(p->y.data) || !aligned16(p->w1.data) ||
         !aligned16(p->w2.data))
         return false;
