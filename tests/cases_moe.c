@@ -764,13 +764,17 @@ void th_cases_moe(th_list *l) {
                ffn_names[dex[c].ffn], th_b(dex[c].host), (long long)dex[c].tail);
     // 11. Shapes for the sm_90a grouped GEMMs' tiles (128 rows x 256 columns, K steps of 64):
     //     experts with several row tiles, partial column tiles, K tails in both GEMMs
-    //     (H = 200, I = 136), two column tiles (H = 264, I = 320), 64 experts; a whole layer.
-    const experts_p gex[3] = {
+    //     (H = 200, I = 136), two column tiles (H = 264, I = 320), 64 experts, more tiles
+    //     than SMs; a whole layer.
+    const experts_p gex[4] = {
         {.dt = MF_DTYPE_BF16, .N = 700, .H = 200, .I = 136, .E = 5, .ffn = MF_MOE_FFN_SWIGLU, .tail = 9},
         {.dt = MF_DTYPE_F16, .N = 300, .H = 264, .I = 320, .E = 3, .ffn = MF_MOE_FFN_GELU, .host = true},
         {.dt = MF_DTYPE_BF16, .N = 1000, .H = 64, .I = 64, .E = 64, .ffn = MF_MOE_FFN_SWIGLU, .tail = 1},
+        // ~200 tiles in GEMM 1 (2 K steps), ~50 in GEMM 2 (7 K steps): more tiles than an H100 has SMs, so blocks take
+        // several tiles and the barrier phases run on across them.
+        {.dt = MF_DTYPE_BF16, .N = 3000, .H = 72, .I = 392, .E = 64, .ffn = MF_MOE_FFN_SWIGLU},
     };
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < 4; c++)
         th_add(l, run_experts, &gex[c], sizeof gex[c],
                "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
                mf_dtype_name(gex[c].dt), (long long)gex[c].N, (long long)gex[c].H, (long long)gex[c].I, gex[c].E,
