@@ -263,6 +263,10 @@ if want ncu; then
       # the goal shape's prefill: router, permutation, the expert GEMM loop, combine, dense GEMM
       ncu_case moe "$moe_re" 200 "$minfer" bench moe --mode prefill --routing even --hidden 4096 \
         --warmup 1 --iters 1 --format csv
+      # our sm_90a grouped GEMMs (opt-in path): GEMM 1 (SwiGLU fused) and GEMM 2 of the first
+      # case (E 8, top-2, 16 x 2048 tokens); nothing matches where the build or GPU lacks sm_90a
+      MINFER_MOE_GEMM=wgmma ncu_case moe-wgmma 'moe_gemm_sm90' 2 "$minfer" bench moe --mode prefill \
+        --routing even --hidden 4096 --warmup 0 --iters 1 --format csv
     else skip "ncu moe" "minfer bench moe not in this build"; fi
   fi
 fi
