@@ -545,6 +545,12 @@ static th_result run_experts(th_ctx *ctx, const void *params) {
     return ok && expect_path(ctx, N, p->dt) ? TH_PASS : TH_FAIL;
 }
 
+static void add_experts(th_list *l, const experts_p *p) {
+    th_add(l, run_experts, p, sizeof *p, "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
+           mf_dtype_name(p->dt), (long long)p->N, (long long)p->H, (long long)p->I, p->E, ffn_names[p->ffn],
+           th_b(p->host), (long long)p->tail);
+}
+
 // ---- bad input ----------------------------------------------------------------------------
 
 static th_result run_validation(th_ctx *ctx, const void *params) {
@@ -736,9 +742,7 @@ void th_cases_moe(th_list *l) {
     for (int c = 0; c < 6; c++) {
         experts_p p = {.dt = dts[c % 3], .N = (int64_t[]){1, 7, 200}[c % 3], .H = 40, .I = 24, .E = (int[]){1, 8, 60}[c % 3],
                        .ffn = (mf_moe_ffn)(c / 3), .host = c % 2 == 0, .tail = c % 3 == 2 ? 5 : 0};
-        th_add(l, run_experts, &p, sizeof p, "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
-               mf_dtype_name(p.dt), (long long)p.N, (long long)p.H, (long long)p.I, p.E, ffn_names[p.ffn], th_b(p.host),
-               (long long)p.tail);
+        add_experts(l, &p);
     }
     // 10. The decode path's edges (MF_MOE_DECODE_MAX_ROWS = 32 routed rows): at the limit and just past it,
     //     one expert with all 32 rows (4 row groups of 8), E > N, k = 8; experts alone with a tail and host offsets.
@@ -757,11 +761,7 @@ void th_cases_moe(th_list *l) {
         {.dt = MF_DTYPE_F32, .N = 20, .H = 40, .I = 24, .E = 3, .ffn = MF_MOE_FFN_GELU, .tail = 3},
         {.dt = MF_DTYPE_F32, .N = 33, .H = 40, .I = 24, .E = 8, .ffn = MF_MOE_FFN_SWIGLU},
     };
-    for (int c = 0; c < 4; c++)
-        th_add(l, run_experts, &dex[c], sizeof dex[c],
-               "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
-               mf_dtype_name(dex[c].dt), (long long)dex[c].N, (long long)dex[c].H, (long long)dex[c].I, dex[c].E,
-               ffn_names[dex[c].ffn], th_b(dex[c].host), (long long)dex[c].tail);
+    for (int c = 0; c < 4; c++) add_experts(l, &dex[c]);
     // 11. Shapes for the sm_90a grouped GEMMs' tiles (128 rows x 256 columns, K steps of 64):
     //     experts with several row tiles, partial column tiles, K tails in both GEMMs
     //     (H = 200, I = 136), two column tiles (H = 264, I = 320), 64 experts, more tiles
@@ -774,11 +774,7 @@ void th_cases_moe(th_list *l) {
         // several tiles and the barrier phases run on across them.
         {.dt = MF_DTYPE_BF16, .N = 3000, .H = 72, .I = 392, .E = 64, .ffn = MF_MOE_FFN_SWIGLU},
     };
-    for (int c = 0; c < 4; c++)
-        th_add(l, run_experts, &gex[c], sizeof gex[c],
-               "moe(part=experts,dtype=%s,N=%lld,H=%lld,I=%lld,E=%d,ffn=%s,host_offsets=%d,tail=%lld)",
-               mf_dtype_name(gex[c].dt), (long long)gex[c].N, (long long)gex[c].H, (long long)gex[c].I, gex[c].E,
-               ffn_names[gex[c].ffn], th_b(gex[c].host), (long long)gex[c].tail);
+    for (int c = 0; c < 4; c++) add_experts(l, &gex[c]);
     const layer_p glayer = {.dt = MF_DTYPE_BF16, .T = 512, .H = 128, .I = 192, .E = 8, .k = 2, .renorm = true,
                             .scale = 1.0f, .res = RES_INPLACE};
     add_layer(l, &glayer);
