@@ -16,6 +16,9 @@
 namespace {
 
 constexpr int kDecodeRows = 16; // q_len * grp up to this: the split-KV kernel
+// Longest sequence on CUDA: the kernels step key / row indices in int by up
+// to a few hundred past a bound; this margin keeps those sums from overflowing.
+constexpr int64_t kMaxSeqLen = INT_MAX - 4096;
 constexpr int kFbWarps = 4;     // fallback block: 4 heads of one q row
 constexpr int kFbMaxD = 256;    // fallback: 8 dims per lane
 
@@ -107,8 +110,8 @@ mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p)
         p->k_sb = a->k.stride[0], p->k_sr = a->k.stride[1], p->k_sh = a->k.stride[2];
         p->v_sb = a->v.stride[0], p->v_sr = a->v.stride[1], p->v_sh = a->v.stride[2];
         if (a->lse) p->l_sb = a->lse->stride[0], p->l_sr = a->lse->stride[1], p->l_sh = a->lse->stride[2];
-        if (a->q.shape[1] > INT_MAX || a->k.shape[1] > INT_MAX)
-            return mf_fail(MF_ERR_UNSUPPORTED, "attention: sequence longer than %d on cuda", INT_MAX);
+        if (a->q.shape[1] > kMaxSeqLen || a->k.shape[1] > kMaxSeqLen)
+            return mf_fail(MF_ERR_UNSUPPORTED, "attention: sequence longer than %lld on cuda", (long long)kMaxSeqLen);
         p->q_len_fixed = p->max_q_len = (int)a->q.shape[1];
         p->k_len_fixed = p->max_k_len = (int)a->k.shape[1];
         p->total_q = a->q.shape[0] * a->q.shape[1];
@@ -132,8 +135,8 @@ mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p)
         p->v_sr = a->v.stride[0], p->v_sh = a->v.stride[1];
         p->total_k = a->k.shape[0];
     }
-    if (a->max_q_len > INT_MAX || a->max_k_len > INT_MAX)
-        return mf_fail(MF_ERR_UNSUPPORTED, "attention: max_q_len / max_k_len past %d on cuda", INT_MAX);
+    if (a->max_q_len > kMaxSeqLen || a->max_k_len > kMaxSeqLen)
+        return mf_fail(MF_ERR_UNSUPPORTED, "attention: max_q_len / max_k_len past %lld on cuda", (long long)kMaxSeqLen);
     p->max_q_len = (int)a->max_q_len, p->max_k_len = (int)a->max_k_len;
     return MF_OK;
 }

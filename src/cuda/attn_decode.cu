@@ -45,14 +45,16 @@ __global__ void __launch_bounds__(kDecThreads, R == 4 ? 3 : 1)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kg = lane / kLpk, dp = lane % kLpk;
     const SeqView s = attn_seq(p, b);
     if (!s.ok && split == 0 && blockIdx.y == 0 && tid == 0) atomicAdd(p.err, 1u);
-    const int n_rows = s.q_len * p.grp, r0 = rg * kMaxRows;
+    const int r0 = rg * kMaxRows;
     if (!s.ok) { // zero-filled here (every row, also those past the grid when q_len > max_q_len) and again by the combine
+        const int64_t n_bad = (int64_t)s.q_len * p.grp; // int64: a bad q_len can be up to total_q
         if (split == 0)
-            for (int r = r0; r < n_rows; r += n_rg * kMaxRows)
-                for (int q = r; q < min(n_rows, r + kMaxRows); q++)
-                    attn_zero_rows(p, s, kvh * p.grp + q % p.grp, q / p.grp, q / p.grp + 1);
+            for (int64_t r = r0; r < n_bad; r += n_rg * kMaxRows)
+                for (int64_t q = r; q < min(n_bad, r + kMaxRows); q++)
+                    attn_zero_rows(p, s, kvh * p.grp + (int)(q % p.grp), (int)(q / p.grp), (int)(q / p.grp) + 1);
         return;
     }
+    const int n_rows = s.q_len * p.grp; // <= max_q_len * grp, which the grid holds
     if (r0 >= n_rows) return;
     const int rows = min(kMaxRows, n_rows - r0);
     const int off = s.k_len - s.q_len;
@@ -116,8 +118,9 @@ __global__ void __launch_bounds__(kDecThreads, R == 4 ? 3 : 1)
                 }
                 const float pr = sc == -INFINITY ? 0.0f : attn_exp2(sc - m[r]);
                 l[r] += pr;
+                if (pr != 0.0f) // a key hidden from this row adds nothing, even an inf / NaN value (as on the CPU)
 #pragma unroll
-                for (int d = 0; d < 8; d++) o[r][d] = fmaf(pr, vf[u][d], o[r][d]);
+                    for (int d = 0; d < 8; d++) o[r][d] = fmaf(pr, vf[u][d], o[r][d]);
             }
         }
     }

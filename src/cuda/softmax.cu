@@ -702,9 +702,9 @@ int round32(int n) { return (n + 31) / 32 * 32; }
 
 // Picks the variant for these parameters, or says why they are unsupported.
 // Thresholds, with the reasoning in docs/notes/softmax.md: a row is held in
-// registers at 1, 2 or 4 chunks (8, 16, 32 values) per thread over up to 512
-// threads (~16K columns), over a cluster of up to 8 blocks on sm_90 (~128K
-// columns); longer rows, and long rows on older GPUs, stream twice (online).
+// registers at 2 chunks (16 values) per thread over up to 512 threads (~8K
+// columns), over a cluster of up to 16 blocks on sm_90 (~128K columns);
+// longer rows, and long rows on older GPUs, stream twice (online).
 // A long row is split over several blocks when the rows alone cannot fill
 // the chip.
 mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
@@ -770,6 +770,10 @@ mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
         pl->var = kVarCluster;
         pl->cs = cs;
         pl->G = pl->threads = round32((per_block + kRowsChunks - 1) / kRowsChunks);
+        // row_reduce exchanges across the cluster only after a block-wide step (G > 32):
+        // true for every cluster row (per_block > kRowsMaxChunks / 2 chunks); kept true here.
+        if (pl->G <= 32)
+            return mf_fail(MF_ERR_INTERNAL, "softmax: cluster plan with %d threads per block", pl->G);
         pl->grid = rows_grid(p.rows, 1, cs);
         return MF_OK;
     }
