@@ -367,11 +367,10 @@ __device__ __forceinline__ float row_reduce(float v, int G, int cs, float *red, 
         cg::cluster_group cluster = cg::this_cluster();
         if (threadIdx.x == 0) *cl = v;
         cluster.sync(); // release/acquire: every block's *cl is visible to the cluster
-        v = kMax ? -INFINITY : 0.0f;
-        for (int q = 0; q < cs; q++) {
-            const float o = *cluster.map_shared_rank(cl, q);
-            v = kMax ? fmaxf(v, o) : v + o;
-        }
+        // Lane q reads rank q (cs <= 16 < 32): one round of remote latency,
+        // not cs; the butterfly gives every lane of every block the same bits.
+        v = lane < cs ? *cluster.map_shared_rank(cl, lane) : (kMax ? -INFINITY : 0.0f);
+        v = kMax ? group_max(v, 32) : group_sum(v, 32);
     }
 #else
     (void)cl;
