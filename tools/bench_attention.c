@@ -342,33 +342,20 @@ int mf_bench_attention_main(int argc, char **argv) {
         fprintf(stderr, "minfer: error: bench attention: %s\n", err);
         return 2;
     }
-    mf_backend *be = NULL;
-    if (mf_backend_init(o.backend, &be) != MF_OK) {
-        fprintf(stderr, "minfer bench attention: %s\n", mf_last_error());
-        return 1;
-    }
-    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
-    if (o.warmup < 0) o.warmup = cuda ? 10 : 1;
-    if (o.iters < 1) o.iters = cuda ? 50 : 3;
-    if (o.max_mb < 0) o.max_mb = mf_bench_default_max_mb(be, 512, 600);
-    const size_t flush = cuda ? ((size_t)256 << 20) : ((size_t)16 << 20);
-    mf_bench_timer *timer = NULL;
-    mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
-    if (!tab || mf_bench_timer_init(be, flush, &timer) != MF_OK) {
-        fprintf(stderr, "minfer bench attention: %s\n", tab ? mf_last_error() : "out of memory");
-        mf_bench_table_free(tab);
-        mf_backend_free(be);
-        return 1;
-    }
-    char device[160], date[32];
-    mf_bench_stamp(timer, tab, device, sizeof device, date);
+    mf_bench_session b;
+    if (mf_bench_open(&b, "attention", o.backend, (size_t)16 << 20, NCOLS, col_names)) return 1;
+    if (o.warmup < 0) o.warmup = b.cuda ? 10 : 1;
+    if (o.iters < 1) o.iters = b.cuda ? 50 : 3;
+    if (o.max_mb < 0) o.max_mb = mf_bench_default_max_mb(b.be, 512, 600);
     double copy = 0;
-    mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)64 << 20), cuda ? 20 : 3, &copy);
+    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)64 << 20),
+                                      b.cuda ? 20 : 3, &copy);
     enum { CAP = 320 };
     at_case *cases = calloc(CAP, sizeof *cases);
-    const int n = cases ? make_cases(&o, cuda, cases, CAP) : 0;
+    const int n = cases ? make_cases(&o, b.cuda, cases, CAP) : 0;
     if (!cases) st = mf_fail(MF_ERR_OOM, "bench: out of host memory");
-    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(be, timer, &o, &cases[i], device, copy, date, tab);
+    for (int i = 0; i < n && st == MF_OK; i++)
+        st = bench_case(b.be, b.timer, &o, &cases[i], b.device, copy, b.date, b.tab);
     int rc = 0;
     if (st != MF_OK) {
         fprintf(stderr, "minfer bench attention: %s\n", mf_last_error());
@@ -377,12 +364,10 @@ int mf_bench_attention_main(int argc, char **argv) {
     if (o.fmt == MF_BENCH_TABLE)
         printf("# attention on %s (%s), %s; copy ceiling %.1f GB/s (read + write); %d iterations, L2 flushed; "
                "TFLOP/s = 4*B*H*Sq*Sk*D (x0.5 causal); decode GB/s = K + V bytes read\n",
-               mf_backend_name(be), device, date, copy, o.iters);
-    mf_bench_table_print(tab, o.fmt, stdout);
-    if (mf_bench_table_write_files(tab, o.csv, o.json, "minfer bench attention")) rc = 1;
+               mf_backend_name(b.be), b.device, b.date, copy, o.iters);
+    mf_bench_table_print(b.tab, o.fmt, stdout);
+    if (mf_bench_table_write_files(b.tab, o.csv, o.json, "minfer bench attention")) rc = 1;
     free(cases);
-    mf_bench_table_free(tab);
-    mf_bench_timer_free(timer);
-    mf_backend_free(be);
+    mf_bench_close(&b);
     return rc;
 }

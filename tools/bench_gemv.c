@@ -227,33 +227,20 @@ int mf_bench_gemv_main(int argc, char **argv) {
         }
         i++;
     }
-    mf_backend *be = NULL;
-    if (mf_backend_init(backend, &be) != MF_OK) {
-        fprintf(stderr, "minfer bench gemv: %s\n", mf_last_error());
-        return 1;
-    }
-    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
-    if (warmup < 0) warmup = cuda ? 10 : 1;
-    if (iters < 0) iters = cuda ? 50 : 3;
-    mf_bench_timer *timer = NULL;
-    mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
-    // Flush buffer: several times any L2 (50-60 MB on H100/H200); on the CPU larger than a small LLC.
-    if (!tab || mf_bench_timer_init(be, cuda ? ((size_t)256 << 20) : ((size_t)16 << 20), &timer) != MF_OK) {
-        fprintf(stderr, "minfer bench gemv: %s\n", tab ? mf_last_error() : "out of memory");
-        mf_bench_table_free(tab);
-        mf_backend_free(be);
-        return 1;
-    }
-    char device[160], date[32];
-    mf_bench_stamp(timer, tab, device, sizeof device, date);
+    mf_bench_session b;
+    if (mf_bench_open(&b, "gemv", backend, (size_t)16 << 20, NCOLS, col_names)) return 1;
+    if (warmup < 0) warmup = b.cuda ? 10 : 1;
+    if (iters < 0) iters = b.cuda ? 50 : 3;
     double copy = 0;
-    mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)64 << 20), cuda ? 20 : 3, &copy);
-    const gv_shape *shapes = cuda ? kGpuShapes : kCpuShapes;
-    const size_t n_shapes = cuda ? sizeof kGpuShapes / sizeof kGpuShapes[0] : sizeof kCpuShapes / sizeof kCpuShapes[0];
+    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)64 << 20),
+                                      b.cuda ? 20 : 3, &copy);
+    const gv_shape *shapes = b.cuda ? kGpuShapes : kCpuShapes;
+    const size_t n_shapes =
+        b.cuda ? sizeof kGpuShapes / sizeof kGpuShapes[0] : sizeof kCpuShapes / sizeof kCpuShapes[0];
     for (size_t s = 0; s < n_shapes && st == MF_OK; s++)
         for (size_t r = 0; r < sizeof kRows / sizeof kRows[0] && st == MF_OK; r++) {
             const int64_t m = one_m ? one_m : kRows[r];
-            st = bench_shape(be, timer, &shapes[s], m, (int)warmup, (int)iters, device, copy, date, tab);
+            st = bench_shape(b.be, b.timer, &shapes[s], m, (int)warmup, (int)iters, b.device, copy, b.date, b.tab);
             if (one_m) break;
         }
     int rc = 0;
@@ -264,12 +251,11 @@ int mf_bench_gemv_main(int argc, char **argv) {
     if (fmt == MF_BENCH_TABLE)
         printf("# gemv on %s (%s), %s; copy ceiling %.1f GB/s (read + write); median of %ld calls, L2 flushed "
                "before each; GB/s = weight bytes (n k 2) / time%s\n",
-               mf_backend_name(be), device, date, copy, iters,
-               cuda ? "; lt = cuBLASLt (default path), gemv = src/cuda/gemv.cu" : "; CPU: mf_gemm only (no gemv path)");
-    mf_bench_table_print(tab, fmt, stdout);
-    if (mf_bench_table_write_files(tab, csv, json, "minfer bench gemv")) rc = 1;
-    mf_bench_table_free(tab);
-    mf_bench_timer_free(timer);
-    mf_backend_free(be);
+               mf_backend_name(b.be), b.device, b.date, copy, iters,
+               b.cuda ? "; lt = cuBLASLt (default path), gemv = src/cuda/gemv.cu"
+                      : "; CPU: mf_gemm only (no gemv path)");
+    mf_bench_table_print(b.tab, fmt, stdout);
+    if (mf_bench_table_write_files(b.tab, csv, json, "minfer bench gemv")) rc = 1;
+    mf_bench_close(&b);
     return rc;
 }

@@ -289,33 +289,19 @@ int mf_bench_softmax_main(int argc, char **argv) {
         fprintf(stderr, "minfer: error: bench softmax: %s\n", err);
         return 2;
     }
-    mf_backend *be = NULL;
-    if (mf_backend_init(o.backend, &be) != MF_OK) {
-        fprintf(stderr, "minfer bench softmax: %s\n", mf_last_error());
-        return 1;
-    }
-    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
-    if (o.warmup < 0) o.warmup = cuda ? 10 : 1;
-    if (o.iters < 1) o.iters = cuda ? 50 : 5;
-    if (o.max_mb < 0) o.max_mb = mf_bench_default_max_mb(be, 1024, 300);
-    // Flush buffer: several times any L2 (50-60 MB on H100/H200); on the CPU larger than the LLC.
-    const size_t flush = cuda ? ((size_t)256 << 20) : ((size_t)64 << 20);
-    mf_bench_timer *timer = NULL;
-    mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
+    mf_bench_session b;
+    if (mf_bench_open(&b, "softmax", o.backend, (size_t)64 << 20, NCOLS, col_names)) return 1;
+    if (o.warmup < 0) o.warmup = b.cuda ? 10 : 1;
+    if (o.iters < 1) o.iters = b.cuda ? 50 : 5;
+    if (o.max_mb < 0) o.max_mb = mf_bench_default_max_mb(b.be, 1024, 300);
     int rc = 0;
-    if (!tab || mf_bench_timer_init(be, flush, &timer) != MF_OK) {
-        fprintf(stderr, "minfer bench softmax: %s\n", tab ? mf_last_error() : "out of memory");
-        mf_bench_table_free(tab);
-        mf_backend_free(be);
-        return 1;
-    }
-    char device[160], date[32];
-    mf_bench_stamp(timer, tab, device, sizeof device, date);
     double copy = 0;
-    mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)256 << 20), cuda ? 20 : 5, &copy);
+    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)256 << 20),
+                                      b.cuda ? 20 : 5, &copy);
     sm_case cases[128];
-    const int n = make_cases(&o, cuda, cases, 128);
-    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(be, timer, &o, &cases[i], device, copy, date, tab);
+    const int n = make_cases(&o, b.cuda, cases, 128);
+    for (int i = 0; i < n && st == MF_OK; i++)
+        st = bench_case(b.be, b.timer, &o, &cases[i], b.device, copy, b.date, b.tab);
     if (st != MF_OK) {
         fprintf(stderr, "minfer bench softmax: %s\n", mf_last_error());
         rc = 1;
@@ -323,11 +309,9 @@ int mf_bench_softmax_main(int argc, char **argv) {
     if (o.fmt == MF_BENCH_TABLE)
         printf("# softmax on %s (%s), %s; copy ceiling %.1f GB/s (read + write); %d iterations, L2 flushed; "
                "GB/s counts x read once + y written once\n",
-               mf_backend_name(be), device, date, copy, o.iters);
-    mf_bench_table_print(tab, o.fmt, stdout);
-    if (mf_bench_table_write_files(tab, o.csv, o.json, "minfer bench softmax")) rc = 1;
-    mf_bench_table_free(tab);
-    mf_bench_timer_free(timer);
-    mf_backend_free(be);
+               mf_backend_name(b.be), b.device, b.date, copy, o.iters);
+    mf_bench_table_print(b.tab, o.fmt, stdout);
+    if (mf_bench_table_write_files(b.tab, o.csv, o.json, "minfer bench softmax")) rc = 1;
+    mf_bench_close(&b);
     return rc;
 }

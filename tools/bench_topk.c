@@ -310,35 +310,21 @@ int mf_bench_topk_main(int argc, char **argv) {
         return 0;
     }
     if (pr) return pr;
-    mf_backend *be = NULL;
-    if (mf_backend_init(o.backend, &be) != MF_OK) {
-        fprintf(stderr, "minfer bench topk: %s\n", mf_last_error());
-        return 1;
-    }
-    const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
-    if (o.warmup < 0) o.warmup = cuda ? 10 : 1;
-    if (o.iters < 0) o.iters = cuda ? 50 : 5;
+    mf_bench_session b;
+    if (mf_bench_open(&b, "topk", o.backend, (size_t)64 << 20, NCOLS, col_names)) return 1;
+    if (o.warmup < 0) o.warmup = b.cuda ? 10 : 1;
+    if (o.iters < 0) o.iters = b.cuda ? 50 : 5;
     static const int64_t gpu_vocab[] = {32000, 128256, 151936}, cpu_vocab[] = {32000}, more_vocab[] = {50257, 256000};
     static const int64_t gpu_batch[] = {1, 8, 64}, cpu_batch[] = {1, 8}, more_batch[] = {4, 16, 32, 128};
     static const int64_t def_k[] = {50, 1024}, more_k[] = {1, 256};
-    default_list(&o.vocab, cuda ? gpu_vocab : cpu_vocab, cuda ? 3 : 1, more_vocab, 2, o.full);
-    default_list(&o.batch, cuda ? gpu_batch : cpu_batch, cuda ? 3 : 2, more_batch, 4, o.full);
+    default_list(&o.vocab, b.cuda ? gpu_vocab : cpu_vocab, b.cuda ? 3 : 1, more_vocab, 2, o.full);
+    default_list(&o.batch, b.cuda ? gpu_batch : cpu_batch, b.cuda ? 3 : 2, more_batch, 4, o.full);
     default_list(&o.k, def_k, 2, more_k, 2, o.full);
     if (o.full && o.n_dt == 1 && o.dt[0] == MF_DTYPE_F32) o.dt[o.n_dt++] = MF_DTYPE_BF16;
 
-    mf_bench_timer *timer = NULL;
-    mf_bench_table *tab = mf_bench_table_new(NCOLS, col_names);
-    // Flush buffer: several times any L2 (50-60 MB on H100/H200); on the CPU larger than a small LLC.
-    if (!tab || mf_bench_timer_init(be, cuda ? ((size_t)256 << 20) : ((size_t)64 << 20), &timer) != MF_OK) {
-        fprintf(stderr, "minfer bench topk: %s\n", tab ? mf_last_error() : "out of memory");
-        mf_bench_table_free(tab);
-        mf_backend_free(be);
-        return 1;
-    }
-    char device[160], date[32];
-    mf_bench_stamp(timer, tab, device, sizeof device, date);
     double copy = 0;
-    mf_status st = mf_bench_copy_gbps(timer, be, cuda ? ((size_t)1 << 30) : ((size_t)64 << 20), cuda ? 20 : 3, &copy);
+    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)64 << 20),
+                                      b.cuda ? 20 : 3, &copy);
     bool failed = false;
     for (int d = 0; d < o.n_dt && st == MF_OK; d++)
         for (int vi = 0; vi < o.vocab.n && st == MF_OK; vi++)
@@ -349,8 +335,8 @@ int mf_bench_topk_main(int argc, char **argv) {
                                 (long long)o.vocab.v[vi]);
                         continue;
                     }
-                    st = bench_case(be, timer, &o, o.dt[d], o.vocab.v[vi], o.batch.v[bi], o.k.v[ki], device, copy,
-                                    date, tab, &failed);
+                    st = bench_case(b.be, b.timer, &o, o.dt[d], o.vocab.v[vi], o.batch.v[bi], o.k.v[ki], b.device, copy,
+                                    b.date, b.tab, &failed);
                 }
     int rc = 0;
     if (st != MF_OK) {
@@ -365,11 +351,9 @@ int mf_bench_topk_main(int argc, char **argv) {
         printf("# topk on %s (%s), %s; copy ceiling %.1f GB/s (read + write); p5/p50/p95 of %ld calls, L2 flushed "
                "before each; MB_read = B V esize (the logits once), GB/s = that / p50; host_KB = B (8k + 8) "
                "crossing to the host vs logits_KB = B V 4 (f32 logits); scale %g\n",
-               mf_backend_name(be), device, date, copy, o.iters, (double)o.scale);
-    mf_bench_table_print(tab, o.fmt, stdout);
-    if (mf_bench_table_write_files(tab, o.csv, o.json, "minfer bench topk")) rc = 1;
-    mf_bench_table_free(tab);
-    mf_bench_timer_free(timer);
-    mf_backend_free(be);
+               mf_backend_name(b.be), b.device, b.date, copy, o.iters, (double)o.scale);
+    mf_bench_table_print(b.tab, o.fmt, stdout);
+    if (mf_bench_table_write_files(b.tab, o.csv, o.json, "minfer bench topk")) rc = 1;
+    mf_bench_close(&b);
     return rc;
 }

@@ -291,6 +291,32 @@ void mf_bench_stamp(const mf_bench_timer *t, mf_bench_table *tab, char *device, 
     strftime(date, 32, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
 }
 
+int mf_bench_open(mf_bench_session *b, const char *what, const char *backend, size_t cpu_flush, int ncols,
+                  const char *const *names) {
+    *b = (mf_bench_session){0};
+    if (mf_backend_init(backend, &b->be) != MF_OK) {
+        fprintf(stderr, "minfer bench %s: %s\n", what, mf_last_error());
+        return 1;
+    }
+    b->cuda = mf_backend_device(b->be) == MF_DEVICE_CUDA;
+    b->tab = mf_bench_table_new(ncols, names);
+    // Flush buffer: several times any L2 (50-60 MB on H100/H200); on the CPU larger than a small LLC.
+    if (!b->tab || mf_bench_timer_init(b->be, b->cuda ? ((size_t)256 << 20) : cpu_flush, &b->timer) != MF_OK) {
+        fprintf(stderr, "minfer bench %s: %s\n", what, b->tab ? mf_last_error() : "out of memory");
+        mf_bench_close(b);
+        return 1;
+    }
+    mf_bench_stamp(b->timer, b->tab, b->device, sizeof b->device, b->date);
+    return 0;
+}
+
+void mf_bench_close(mf_bench_session *b) {
+    mf_bench_table_free(b->tab);
+    mf_bench_timer_free(b->timer);
+    mf_backend_free(b->be);
+    *b = (mf_bench_session){0};
+}
+
 double mf_bench_default_max_mb(const mf_backend *be, double cpu_mb, double reserve_mb) {
 #ifdef MF_HAVE_CUDA
     size_t free_b = 0, total_b = 0;

@@ -82,6 +82,22 @@ void mf_bench_device_name(const mf_bench_timer *t, char *buf, size_t cap);
 // ("2026-11-23T08:00:00Z"), and hides the device, copy_GB/s and date columns
 // from the aligned table (CSV and JSON keep them).
 void mf_bench_stamp(const mf_bench_timer *t, mf_bench_table *tab, char *device, size_t cap, char date[32]);
+// What every op bench opens first: the backend, its result table (ncols
+// columns named `names`), the timer with an L2 flush buffer (256 MB on
+// CUDA, cpu_flush bytes on the CPU) and the device / date stamp. Returns 0,
+// or 1 after printing "minfer bench <what>: <why>" with nothing left open.
+typedef struct {
+    mf_backend *be;
+    mf_bench_timer *timer;
+    mf_bench_table *tab;
+    bool cuda;        // be runs on CUDA
+    char device[160]; // mf_bench_device_name
+    char date[32];    // UTC, ISO 8601
+} mf_bench_session;
+int mf_bench_open(mf_bench_session *b, const char *what, const char *backend, size_t cpu_flush, int ncols,
+                  const char *const *names);
+void mf_bench_close(mf_bench_session *b);
+
 // The default --max-mb of an op bench: 85% of the device's free memory less
 // reserve_mb on CUDA, cpu_mb on the CPU.
 double mf_bench_default_max_mb(const mf_backend *be, double cpu_mb, double reserve_mb);
