@@ -302,7 +302,15 @@ def attn_rows(results):
         r["_tflops"] = col(r, "tflops", "TFLOP/s")
         r["_gbps"] = col(r, "gbps", "GB/s")
         r["_b"] = col(r, "batch")
-    return rows
+    # minfer bench attention also times the sm_90a kernel (MINFER_ATTN=wgmma) on the same data
+    extra = []
+    for r in rows:
+        v = col(r, "wgmma_TFLOP/s")
+        if v and r["_impl"] == "minfer":
+            w = dict(r)
+            w["_impl"], w["_tflops"] = "minfer-wgmma", v
+            extra.append(w)
+    return rows + extra
 
 
 def plot_attention(results, out, made):

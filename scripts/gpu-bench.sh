@@ -253,6 +253,10 @@ if want ncu; then
     if has_bench attention; then
       # every goal shape once (+ one warm-up): prefill kernels, decode split + merge kernels
       ncu_case attention "$attn_re" 150 "$minfer" bench attention --cases all --warmup 1 --iters 1 --format csv
+      # our sm_90a prefill kernel (opt-in path): the first goal shapes; nothing matches
+      # where the build or GPU lacks sm_90a
+      MINFER_ATTN=wgmma ncu_case attention-wgmma 'attn_prefill_sm90' 8 "$minfer" bench attention \
+        --cases prefill --warmup 0 --iters 1 --format csv
     elif has_bench model; then
       # without the attention bench: the first matches are one prefill's attention kernels,
       # then one decode step's (Small model, batch 8, seq 2048)

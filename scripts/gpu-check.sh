@@ -312,10 +312,14 @@ stage_memcheck() {
   for tool in memcheck racecheck initcheck; do sanitize "" "$tool" "${filt[@]}"; done
   local passed
   passed=$(grep -E '[0-9]+ passed' "$logs/memcheck.log" | tail -n1)
-  # The MoE expert GEMMs only MINFER_MOE_GEMM=wgmma selects (TMA + wgmma, sm_90a).
+  # The wgmma kernels only an environment variable selects (sm_90a): the MoE
+  # expert GEMMs (TMA) and the prefill attention (cp.async + mbarriers: racecheck too).
   if [[ -z ${MF_GPU_MEMCHECK_FILTER:-} ]]; then
     for tool in memcheck initcheck; do
       MINFER_MOE_GEMM=wgmma sanitize "wgmma " "$tool" --filter 'moe('
+    done
+    for tool in memcheck racecheck initcheck; do
+      MINFER_ATTN=wgmma sanitize "attn-wgmma " "$tool" --filter 'attention('
     done
   fi
   note+="$passed"

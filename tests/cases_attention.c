@@ -42,9 +42,11 @@
 // relative, so an extra or missing key is caught on every row there.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "ops/attention_cuda.h"
 
 typedef enum { AM_FIXED = 0, AM_PACKED = 1, AM_CACHE = 2 } at_mode;
 static const char *const mode_names[] = {"fixed", "packed", "cache"};
@@ -87,6 +89,30 @@ static void fill_view(th_ctx *ctx, th_buf *b, const mf_tensor *t, double lo, dou
                       int64_t every) {
     th_fill_opts o = {.lo = lo, .hi = hi, .outlier = outlier, .outlier_every = every, .neginf_every = 0};
     th_fill(ctx, b, t, &o);
+}
+
+// On CUDA, MINFER_ATTN=wgmma must take the sm_90a kernel for every f16/bf16
+// prefill (q rows per KV head = max_q_len * grp past the decode kernel's 16)
+// with head dim 64, 128 or 256 on a compute capability 9.0 device (where the
+// build must have it: a missing sm_90a image fails here). Other paths are
+// printed, not checked.
+static bool expect_path(th_ctx *ctx, mf_dtype dt, int64_t D, int64_t rows_per_kv) {
+#ifdef MF_HAVE_CUDA
+    if (mf_backend_device(ctx->be) != MF_DEVICE_CUDA) return true;
+    const char *got = mf_cuda_attn_last_path(ctx->be), *env = getenv("MINFER_ATTN");
+    printf("  .. [cuda] %s: attention path %s\n", ctx->case_name, got);
+    int cc = 0;
+    (void)mf_cuda_attn_sm90(ctx->be, &cc);
+    const bool want = env && !strcmp(env, "wgmma") && cc == 90 && dt != MF_DTYPE_F32 &&
+                      (D == 64 || D == 128 || D == 256) && rows_per_kv > 16;
+    if (want && strcmp(got, "wgmma") != 0) {
+        th_fail(ctx, "attention path %s, want wgmma (MINFER_ATTN=wgmma, D %lld)", got, (long long)D);
+        return false;
+    }
+#else
+    (void)ctx, (void)dt, (void)D, (void)rows_per_kv;
+#endif
+    return true;
 }
 
 static th_result run_attention(th_ctx *ctx, const void *params) {
@@ -317,6 +343,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
     }
 
     TH_CALL(ctx, mf_attention(ctx->be, &a));
+    if (!expect_path(ctx, dt, D, (fixed ? maxq : a.max_q_len) * grp)) return TH_FAIL;
     bool ok = th_check(ctx, bo, &a.o, oref, obnd, "o");
     if (p->lse) ok &= th_check(ctx, bl, &lse, lref, lbnd, "lse");
     return ok ? TH_PASS : TH_FAIL;
@@ -636,7 +663,18 @@ void th_cases_attention(th_list *l) {
                 p.outliers = d % 2 == 0;
                 add_case(l, &p);
             }
-        at_p p = fixed_case(MF_DTYPE_F32, 1, 33, 57, 2, 1, 13, false);
+        // Head dim 256 prefills (the sm_90a kernel's 64-key tiles): several
+        // q blocks and key tiles, a k_len tail, GQA, varlen with an empty sequence.
+        at_p p = fixed_case(MF_DTYPE_BF16, 1, 200, 333, 4, 2, 256, true);
+        p.lse = true, p.outliers = true;
+        add_case(l, &p);
+        p = fixed_case(MF_DTYPE_F16, 1, 150, 150, 2, 1, 256, false);
+        add_case(l, &p);
+        const int64_t q2[3] = {70, 0, 131}, k2[3] = {90, 3, 131};
+        p = var_case(MF_DTYPE_BF16, AM_PACKED, 3, q2, k2, 4, 1, 256, true);
+        p.lse = true;
+        add_case(l, &p);
+        p = fixed_case(MF_DTYPE_F32, 1, 33, 57, 2, 1, 13, false);
         p.scale = -0.7f, p.outliers = true;
         add_case(l, &p);
         p = fixed_case(MF_DTYPE_BF16, 2, 100, 100, 4, 4, 64, true);

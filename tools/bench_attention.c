@@ -7,7 +7,10 @@
 //            share of the device-to-device copy bandwidth measured in the same run.
 // Per case p5/p50/p95 microseconds over --iters timed calls (CUDA events, L2
 // flushed; the wall clock on the CPU) and the device memory the case allocated
-// (q, k, v, o, lse-free; decode adds the split-KV workspace).
+// (q, k, v, o, lse-free; decode adds the split-KV workspace). On CUDA `path`
+// names the kernel the default dispatch took, and prefill cases are timed
+// again with MINFER_ATTN=wgmma (our sm_90a kernel, opt-in until verified) as
+// wgmma_p50_us / wgmma_TFLOP/s ("-" where it does not run).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@
 #include "bench.h"
 #include "bench_util.h"
 #include "core/error.h"
+#include "ops/attention_cuda.h"
 
 typedef struct {
     const char *backend;
@@ -175,10 +179,11 @@ static void fmt_num(char *buf, size_t cap, double v, int prec) {
         snprintf(buf, cap, "%.*f", prec, v);
 }
 
-enum { NCOLS = 20 };
+enum { NCOLS = 23 };
 static const char *const col_names[NCOLS] = {
     "case",   "batch",   "heads", "kv_heads", "q_len",  "k_len", "head_dim", "mask", "dtype",     "p5_us",
-    "p50_us", "p95_us",  "TFLOP/s", "GB/s",   "%copy", "MB_alloc", "splits", "device", "copy_GB/s", "date"};
+    "p50_us", "p95_us",  "TFLOP/s", "GB/s",   "%copy", "MB_alloc", "splits", "device", "copy_GB/s", "date",
+    "path",   "wgmma_p50_us", "wgmma_TFLOP/s"};
 
 static double case_mb(const at_case *c, const at_opts *o) {
     const double e = (double)mf_dtype_size(o->dt);
@@ -246,6 +251,24 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const at_opts
     }
     if (st == MF_OK) st = mf_bench_sample(timer, run_attn, &s, o->warmup, o->iters, samples);
     if (st == MF_OK) st = mf_backend_sync(be); // device-side length errors surface here
+    const char *path = "";
+    double t_wgmma = NAN;
+#ifdef MF_HAVE_CUDA
+    if (st == MF_OK && dev == MF_DEVICE_CUDA) {
+        path = mf_cuda_attn_last_path(be);
+        if (!c->decode && mf_cuda_attn_sm90(be, NULL)) {
+            double *alt = calloc((size_t)o->iters, sizeof *alt);
+            if (!alt) st = mf_fail(MF_ERR_OOM, "bench: out of host memory");
+            setenv("MINFER_ATTN", "wgmma", 1);
+            if (st == MF_OK) st = mf_bench_sample(timer, run_attn, &s, o->warmup, o->iters, alt);
+            if (st == MF_OK) st = mf_backend_sync(be);
+            if (st == MF_OK && strcmp(mf_cuda_attn_last_path(be), "wgmma") == 0)
+                t_wgmma = mf_bench_stats_of(alt, o->iters).p50;
+            unsetenv("MINFER_ATTN");
+            free(alt);
+        }
+    }
+#endif
     if (st == MF_OK) {
         const mf_bench_stats ss = mf_bench_stats_of(samples, o->iters);
         const double flop = 4.0 * (double)(c->batch * c->heads) * (double)c->q_len * (double)c->k_len *
@@ -273,6 +296,9 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const at_opts
         snprintf(cells[17], 192, "%s", device);
         fmt_num(cells[18], 192, copy_gbps, 1);
         snprintf(cells[19], 192, "%s", date);
+        snprintf(cells[20], 192, "%s", *path ? path : "-");
+        fmt_num(cells[21], 192, t_wgmma, 1);
+        fmt_num(cells[22], 192, flop / (t_wgmma * 1e6), 2);
         if (!c->decode) snprintf(cells[16], 192, "-");
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];

@@ -3,15 +3,21 @@
 //   decode   (attn_decode.cu)  few q rows per KV head (q_len * grp <= 16), any
 //            dtype, D in {32, 64, 128, 256}: split-KV, memory-bound;
 //   prefill  (attn_prefill.cu) f16/bf16, D in {64, 128}: FlashAttention-2 on
-//            tensor cores;
+//            tensor cores (mma.sync);
+//   wgmma    (attn_prefill_sm90.cu) the same on Hopper's warpgroup MMAs,
+//            f16/bf16, D in {64, 128, 256}, sm_90a: opt-in with
+//            MINFER_ATTN=wgmma until an H100 has checked it;
 //   fallback (here)            everything else up to D = 256 (f32 prefill,
 //            odd head dims, unaligned views): one warp per (q row, head),
 //            CUDA cores, correct but slow.
 // Bad device lengths zero-fill the sequence's rows and count on the
 // context's error slot kMfErrAttention; mf_backend_sync reports them.
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/attention.cuh"
+#include "ops/attention_cuda.h"
 
 namespace {
 
@@ -141,14 +147,24 @@ mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p)
     return MF_OK;
 }
 
-enum Path { kPathNone, kPathDecode, kPathPrefill, kPathFallback };
+enum Path { kPathNone, kPathDecode, kPathSm90, kPathPrefill, kPathFallback };
+const char *const kPathNames[] = {"", "decode", "wgmma", "prefill", "fallback"};
 
-Path pick(const AttnParams &p) {
+// MINFER_ATTN=wgmma: the sm_90a kernel wherever it fits (it stays opt-in
+// until an H100 has run its tests and benchmarks).
+bool want_sm90() {
+    const char *mode = getenv("MINFER_ATTN");
+    return mode && strcmp(mode, "wgmma") == 0;
+}
+
+Path pick(mf_cuda_ctx *c, const AttnParams &p) {
     if (p.batch <= 0 || p.total_q <= 0) return kPathNone; // no q rows
     if (p.max_q_len <= 0) return kPathFallback;           // every q_len must be 0: the kernel checks (one block per row 0)
     const bool few_rows = (int64_t)p.max_q_len * p.grp <= kDecodeRows;
     const bool dec = mf_cuda_attn_decode_fits(p), pre = mf_cuda_attn_prefill_fits(p);
-    if (dec && (few_rows || !pre)) return kPathDecode;
+    if (dec && few_rows) return kPathDecode;
+    if (want_sm90() && mf_cuda_attn_sm90_fits(c, p)) return kPathSm90;
+    if (dec && !pre) return kPathDecode;
     if (pre) return kPathPrefill;
     return kPathFallback;
 }
@@ -173,9 +189,12 @@ extern "C" mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *
         return mf_fail(MF_ERR_UNSUPPORTED, "attention: batch %d / n_heads %d past the cuda grid limit (65535)",
                        p.batch, p.n_heads);
     mf_status s = MF_OK;
-    switch (pick(p)) {
+    const Path path = pick(c, p);
+    c->attn_path = kPathNames[path];
+    switch (path) {
     case kPathNone: return MF_OK;
     case kPathDecode: s = mf_cuda_attn_decode(c, p, a->num_splits, a->workspace, a->workspace_bytes); break;
+    case kPathSm90: s = mf_cuda_attn_prefill_sm90(c, p); break;
     case kPathPrefill: s = mf_cuda_attn_prefill(c, p); break;
     case kPathFallback: s = mf_cuda_attn_fallback(c, p); break;
     }
@@ -188,7 +207,18 @@ extern "C" mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attent
     *bytes = 0;
     AttnParams p;
     MF_TRY(make_params(c, a, &p));
-    if (p.head_dim > kFbMaxD || pick(p) != kPathDecode) return MF_OK;
+    if (p.head_dim > kFbMaxD || pick(c, p) != kPathDecode) return MF_OK;
     *bytes = mf_cuda_attn_decode_ws_bytes(p, mf_cuda_attn_decode_splits(c, p, a->num_splits));
     return MF_OK;
+}
+
+extern "C" const char *mf_cuda_attn_last_path(mf_backend *be) {
+    const char *p = mf_cuda_ctx_of(be)->attn_path;
+    return p ? p : "";
+}
+
+extern "C" int mf_cuda_attn_sm90(mf_backend *be, int *cc) {
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    if (cc) *cc = 10 * c->cc_major + c->cc_minor;
+    return mf_cuda_attn_sm90_available(c) ? 1 : 0;
 }

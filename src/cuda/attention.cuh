@@ -107,6 +107,9 @@ __device__ __forceinline__ void attn_zero_rows(const AttnParams &p, const SeqVie
 // Entries of the three kernels (argument checks done by the dispatch).
 mf_status mf_cuda_attn_prefill(mf_cuda_ctx *c, const AttnParams &p);     // attn_prefill.cu
 bool mf_cuda_attn_prefill_fits(const AttnParams &p);                     // tensor-core shapes
+bool mf_cuda_attn_sm90_available(mf_cuda_ctx *c);                       // attn_prefill_sm90.cu
+bool mf_cuda_attn_sm90_fits(mf_cuda_ctx *c, const AttnParams &p);        // f16/bf16, D 64/128/256, sm_90a
+mf_status mf_cuda_attn_prefill_sm90(mf_cuda_ctx *c, const AttnParams &p);
 mf_status mf_cuda_attn_decode(mf_cuda_ctx *c, const AttnParams &p, int num_splits, void *ws,
                               size_t ws_bytes);                           // attn_decode.cu
 bool mf_cuda_attn_decode_fits(const AttnParams &p);

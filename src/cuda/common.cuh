@@ -41,6 +41,8 @@ struct mf_cuda_ctx {
     void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
     const char *moe_path;     // how the last moe_experts ran: "decode" | "wgmma" | "loop" | "grouped" (moe.cu); NULL before
     int moe_sm90;             // the sm_90a grouped GEMM runs here: 1 yes, -1 no, 0 not asked yet (moe_gemm.cu)
+    const char *attn_path;    // how the last attention ran: "decode" | "wgmma" | "prefill" | "fallback"; NULL before
+    int attn_sm90;            // the sm_90a prefill attention runs here: 1 yes, -1 no, 0 not asked yet
 };
 
 // Slots of mf_cuda_ctx::err_count: one counter per kind of device-side error.

@@ -38,12 +38,12 @@
 // launch error, not a hang).
 #include <climits>
 #include <cstring>
-#include <type_traits>
 
 #include <cuda.h>         // CUtensorMap (types only: the encoder is fetched at run time)
 #include <cudaTypedefs.h> // PFN_cuTensorMapEncodeTiled
 
 #include "cuda/moe_gemm.cuh"
+#include "cuda/sm90.cuh"
 #include "ops/act_math.h"
 
 namespace {
@@ -75,117 +75,8 @@ struct GemmParams {
     int64_t ldo;
 };
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MF_SM90A_DEVICE 1
-#endif
-
 #ifdef MF_SM90A_DEVICE
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
-}
-
-// Arrive once and announce `bytes` of TMA data completing on this phase.
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-// Whether the phase of parity `parity` has completed (a fresh barrier counts
-// its phase before 0, of parity 1, as completed); may suspend a while first.
-__device__ __forceinline__ bool mbar_try(uint64_t *bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n"
-                 "}\n"
-                 : "=r"(done)
-                 : "r"(smem_u32(bar)), "r"(parity)
-                 : "memory");
-    return done != 0;
-}
-
-// Wait for that phase. A wait of over 10 s can only be a protocol bug (a
-// stage takes microseconds): trap, so the launch fails with an error instead
-// of hanging the process.
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    if (mbar_try(bar, parity)) return;
-    uint64_t t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    for (uint32_t n = 1;; n++) {
-        if (mbar_try(bar, parity)) return;
-        if ((n & 1023) == 0) {
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            if (t - t0 > 10000000000ull) __trap();
-        }
-    }
-}
-
-__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_u32(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
-                 : "memory");
-}
-
-__device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_u32(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
-                 : "memory");
-}
-
-// wgmma shared-memory descriptor of a K-major tile whose rows are 128-byte
-// swizzled (as TMA's SWIZZLE_128B writes them): start address / 16, leading
-// byte offset 16 (unused by this layout), stride 1024 bytes between 8-row
-// groups, swizzle mode 1 (128 B) in bits 62-63. A K step of 16 elements is
-// +32 bytes on the start address (the swizzle applies to the final address).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
-// d (64 x 128 f32, the m64nN accumulator layout) += A (64 x 16) . B (128 x 16)^T.
-#define MF_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                   "+f"(d[i + 6]), "+f"(d[i + 7])
-#define MF_WGMMA_128(types)                                                                                     \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." types " "                                       \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "              \
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "            \
-                 "%64, %65, 1, 1, 1, 0, 0;"                                                                     \
-                 : MF_ACC8(0), MF_ACC8(8), MF_ACC8(16), MF_ACC8(24), MF_ACC8(32), MF_ACC8(40), MF_ACC8(48),    \
-                   MF_ACC8(56)                                                                                  \
-                 : "l"(da), "l"(db))
-
-template <typename T> __device__ __forceinline__ void wgmma_128(float (&d)[64], uint64_t da, uint64_t db) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value)
-        MF_WGMMA_128("bf16.bf16");
-    else
-        MF_WGMMA_128("f16.f16");
-}
-#undef MF_WGMMA_128
-#undef MF_ACC8
-
-// Pins the accumulators after a wait_group: the compiler sees them change
-// here, so no read of them moves above the wait (they are the wgmma asm's
-// outputs as far as it knows).
-__device__ __forceinline__ void fence_acc(float (&d)[64]) {
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
+using namespace sm90;
 
 // Tile t (< cum[E]) -> expert e (cum[e] <= t < cum[e + 1]: the last e with
 // cum[e] <= t, which skips experts without tiles), its row tile and column tile.
@@ -326,15 +217,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                     wgmma_fence();
 #pragma unroll
                     for (int kk = 0; kk < kBK / 16; kk++) {
-                        wgmma_128<T>(acc0, smem_desc(a + 32 * kk), smem_desc(b0 + 32 * kk));
-                        wgmma_128<T>(acc1, smem_desc(a + 32 * kk), smem_desc(b1 + 32 * kk));
+                        wgmma_ss<kHalf, T>(acc0, desc_k(a + 32 * kk), desc_k(b0 + 32 * kk), 1);
+                        wgmma_ss<kHalf, T>(acc1, desc_k(a + 32 * kk), desc_k(b1 + 32 * kk), 1);
                     }
                     wgmma_commit();
                 } else { // (fence and commit in each branch: ptxas injects its own fences at a join)
                     wgmma_fence();
 #pragma unroll
                     for (int kk = 0; kk < kBK / 16; kk++)
-                        wgmma_128<T>(acc0, smem_desc(a + 32 * kk), smem_desc(b0 + 32 * kk));
+                        wgmma_ss<kHalf, T>(acc0, desc_k(a + 32 * kk), desc_k(b0 + 32 * kk), 1);
                     wgmma_commit();
                 }
                 wgmma_wait<1>(); // the previous step's MMAs are done: its stage can refill
