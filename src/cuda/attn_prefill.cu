@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     if (s.q_len <= m0) return;
     const int m_end = min(s.q_len, m0 + kBlockM); // rows [m0, m_end) are real
     if (!s.ok) { // every row of the sequence, also those past the grid (q_len > max_q_len)
-        for (int r0 = m0; r0 < s.q_len; r0 += gridDim.x * kBlockM) attn_zero_rows(p, s, h, r0, min(s.q_len, r0 + kBlockM));
+        for (int64_t r0 = m0; r0 < s.q_len; r0 += (int64_t)gridDim.x * kBlockM) // int64: q_len near INT_MAX
+            attn_zero_rows(p, s, h, (int)r0, (int)min((int64_t)s.q_len, r0 + kBlockM));
         return;
     }
     const int kvh = h / p.grp, off = s.k_len - s.q_len;

@@ -30,8 +30,6 @@
 // TMA loads from a producer warpgroup with setmaxnreg, softmax of tile j
 // overlapped with S of tile j + 1 inside a warpgroup, warpgroup ping-pong,
 // a persistent causal schedule.
-#include <atomic>
-
 #include "cuda/attention.cuh"
 #include "cuda/sm90.cuh"
 
@@ -97,7 +95,8 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
     if (s.q_len <= m0) return;
     const int m_end = min(s.q_len, m0 + kBM); // rows [m0, m_end) are real
     if (!s.ok) { // every row of the sequence, also those past the grid (q_len > max_q_len)
-        for (int r0 = m0; r0 < s.q_len; r0 += gridDim.x * kBM) attn_zero_rows(p, s, h, r0, min(s.q_len, r0 + kBM));
+        for (int64_t r0 = m0; r0 < s.q_len; r0 += (int64_t)gridDim.x * kBM) // int64: q_len near INT_MAX
+            attn_zero_rows(p, s, h, (int)r0, (int)min((int64_t)s.q_len, r0 + kBM));
         return;
     }
     const int kvh = h / p.grp, off = s.k_len - s.q_len;
@@ -145,6 +144,7 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
         const int st = it & 1;
         const uint32_t sK = sKV + st * 2 * Tr::kTileBytes, sV = sK + Tr::kTileBytes;
         mbar_wait(&full[st], (it >> 1) & 1);
+        __syncwarp();        // the warp converged again before the .aligned wgmma instructions
         fence_proxy_async(); // the cp.async writes (generic proxy) before wgmma's reads (async proxy)
 
         // S = Q K^T: k step kk reads panel kk / 4 at +32 bytes per step.
@@ -162,6 +162,7 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
         if (it + 1 < n_tiles) {
             if (it >= 1) mbar_wait(&empty[st ^ 1], (((it + 1) >> 1) - 1) & 1);
             issue(it + 1);
+            __syncwarp();
         }
         wgmma_wait<0>();
         fence_acc(sc);
