@@ -206,6 +206,12 @@ if want model; then
         add "$f" "$res/model_minfer_bench.csv" --table 0 &&
         add "$f" "$res/model_profile.csv" --table 1 --set "attn=$attn"
     done
+    # the Medium prefill with our sm_90a attention kernel (opt-in until verified): attn=flash-wgmma
+    f="$work/raw/model_profile_flash-wgmma.csv"
+    MINFER_ATTN=wgmma run "profile medium flash-wgmma" 60 "$f" "$minfer" bench model --synthetic medium \
+      --attn flash --batch 8 --seq 2048 --gen 4 --iters 2 --profile --format csv &&
+      add "$f" "$res/model_minfer_bench.csv" --table 0 --set "attn=flash-wgmma" &&
+      add "$f" "$res/model_profile.csv" --table 1 --set "attn=flash-wgmma"
   else skip "bench model" "minfer bench model not in this build"; fi
 fi
 
