@@ -41,6 +41,10 @@
 #                              deps/build reuses .gpu-prefix/env.sh and the build
 #   MF_GPU_MEMCHECK_FILTER=S   only test_ops cases matching S under memcheck
 #   MF_GPU_TIMEOUT=300         seconds per memcheck / per benchmark / per CTest test
+#   MF_GPU_BUDGET_S=560        seconds for the whole run (the device tool stops a
+#                              command at 600): every later command gets what is
+#                              left, and one with under 15 s left is skipped (noted),
+#                              so the summary always comes back
 # Every stage runs (later ones are skipped only when the build is missing);
 # the exit status is 1 if any stage failed.
 set -uo pipefail
@@ -71,6 +75,15 @@ have_build=0 have_cuda=0
 # output appended to LOGFILE; it sets $note and returns 0 (PASS), 1 (FAIL) or 2 (SKIP).
 stages=" ${MF_GPU_STAGES:-deps configure build ctest memcheck pytest bench} "
 tmo=${MF_GPU_TIMEOUT:-300}
+budget=${MF_GPU_BUDGET_S:-560}
+t_start=$(date +%s)
+# limit CAP: seconds the next command may take, min(CAP, the budget left - 20 s for the summary).
+limit() {
+  local l=$(( budget - ($(date +%s) - t_start) - 20 ))
+  ((l > $1)) && l=$1
+  ((l < 1)) && l=1 # never 0: `timeout 0` would mean no limit
+  echo "$l"
+}
 stage() {
   local name=$1 log=$2 fn=$3 t rc state
   note=""
@@ -261,17 +274,22 @@ fi
 # ---- tests ------------------------------------------------------------------------------------------
 stage_ctest() {
   ((have_build)) || { note="no build"; return 2; }
-  (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout "$tmo")
+  local t
+  t=$(limit 100000)
+  ((t < 15)) && { note="out of time (MF_GPU_BUDGET_S=$budget)"; return 2; }
+  (cd "$build" && timeout "$t" ctest --output-on-failure -j "$jobs" --timeout "$tmo")
   local rc=$?
   note=$(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -n1)
+  ((rc == 124)) && note="stopped at the budget after ${t}s (MF_GPU_BUDGET_S=$budget)"
   if ((have_cuda)); then
     # Which GEMM path (fused epilogue, f32-scratch, in-place, plain) each case
     # took: test_ops prints one ".. path" line per epilogue case on CUDA, and
     # MF_GEMM_LOG=1 one line per cuBLASLt plan built.
     local test_ops
     test_ops=$(find "$build" -name test_ops -type f -perm -u+x | head -n1)
-    if [[ -n $test_ops ]]; then
-      MF_GEMM_LOG=1 timeout "$tmo" "$test_ops" --backend cuda --filter 'gemm(' >"$logs/gemm_paths.log" 2>&1
+    t=$(limit "$tmo")
+    if [[ -n $test_ops ]] && ((t >= 15)); then
+      MF_GEMM_LOG=1 timeout "$t" "$test_ops" --backend cuda --filter 'gemm(' >"$logs/gemm_paths.log" 2>&1
       note+="; gemm paths: $(grep -o 'path [a-z0-9-]*$' "$logs/gemm_paths.log" | sort | uniq -c |
                              awk '{printf "%s %s, ", $3, $1}' | sed 's/, $//')"
     fi
@@ -295,33 +313,40 @@ stage_memcheck() {
   # One compute-sanitizer run over test_ops --backend cuda: LABEL TOOL [test_ops args...].
   local rc=0
   sanitize() {
-    local label=$1 tool=$2 r summary extra=()
+    local label=$1 tool=$2 r summary extra=() t
     shift 2
+    t=$(limit "$tmo")
+    if ((t < 15)); then
+      note+="$label$tool: skipped (out of time); "
+      rc=1
+      return
+    fi
     echo "----- ${label}compute-sanitizer --tool $tool"
     [[ $tool == memcheck ]] && extra=(--leak-check full)
-    timeout "$tmo" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 86 "$test_ops" --backend cuda "$@"
+    timeout "$t" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 86 "$test_ops" --backend cuda "$@"
     r=$?
     summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$logs/memcheck.log" | tail -n1 | sed 's/^=* *//')
-    ((r == 124)) && summary="timed out after ${tmo}s"
+    ((r == 124)) && summary="timed out after ${t}s"
     note+="$label$tool: ${summary:-rc $r}; "
     ((r)) && rc=1
   }
-  # memcheck over the op tests, then racecheck (shared-memory hazards) and
-  # initcheck (reads of uninitialised device memory) over the same cases.
   local tool
-  for tool in memcheck racecheck initcheck; do sanitize "" "$tool" "${filt[@]}"; done
-  local passed
-  passed=$(grep -E '[0-9]+ passed' "$logs/memcheck.log" | tail -n1)
-  # The wgmma kernels only an environment variable selects (sm_90a): the MoE
-  # expert GEMMs (TMA) and the prefill attention (cp.async + mbarriers: racecheck too).
+  # First the wgmma kernels only an environment variable selects (sm_90a; the
+  # newest code, small case lists): the MoE expert GEMMs (TMA) and the prefill
+  # attention (cp.async + mbarriers: racecheck too).
   if [[ -z ${MF_GPU_MEMCHECK_FILTER:-} ]]; then
-    for tool in memcheck initcheck; do
-      MINFER_MOE_GEMM=wgmma sanitize "wgmma " "$tool" --filter 'moe('
-    done
     for tool in memcheck racecheck initcheck; do
       MINFER_ATTN=wgmma sanitize "attn-wgmma " "$tool" --filter 'attention('
     done
+    for tool in memcheck initcheck; do
+      MINFER_MOE_GEMM=wgmma sanitize "moe-wgmma " "$tool" --filter 'moe('
+    done
   fi
+  # Then memcheck over the op tests, racecheck (shared-memory hazards) and
+  # initcheck (reads of uninitialised device memory) over the same cases.
+  for tool in memcheck racecheck initcheck; do sanitize "" "$tool" "${filt[@]}"; done
+  local passed
+  passed=$(grep -E '[0-9]+ passed' "$logs/memcheck.log" | tail -n1)
   note+="$passed"
   return $rc
 }
@@ -331,7 +356,10 @@ stage memcheck "$logs/memcheck.log" stage_memcheck
 stage_pytest() {
   ((have_build)) || { note="no build"; return 2; }
   export MINFER_LIB="$build/libminfer.so"
-  python3 -m pytest "$root/tests/python" -v -rs -p no:cacheprovider
+  local t
+  t=$(limit 100000)
+  ((t < 15)) && { note="out of time (MF_GPU_BUDGET_S=$budget)"; return 2; }
+  timeout "$t" python3 -m pytest "$root/tests/python" -v -rs -p no:cacheprovider
   local rc=$?
   note=$(tail -n1 "$out/pytest.log" | sed 's/^=* *//; s/ *=*$//')
   ((rc)) && return 1
@@ -348,13 +376,14 @@ stage pytest "$out/pytest.log" stage_pytest
 stage_bench() {
   ((have_build)) || { note="no build"; return 2; }
   local ran=0 bad=0 f name
+  (( $(limit "$tmo") < 15 )) && { note="out of time (MF_GPU_BUDGET_S=$budget)"; return 2; }
   if "$build/minfer" --help 2>&1 | grep -qw bench; then
     ran=1
     echo "--- minfer bench --csv $out/bench_minfer.csv"
-    timeout "$tmo" "$build/minfer" bench --csv "$out/bench_minfer.csv" || bad=1
+    timeout "$(limit "$tmo")" "$build/minfer" bench --csv "$out/bench_minfer.csv" || bad=1
     if "$build/minfer" bench gemm-host --help >/dev/null 2>&1; then
       echo "--- minfer bench gemm-host --csv $out/bench_gemm_host.csv"
-      timeout "$tmo" "$build/minfer" bench gemm-host --csv "$out/bench_gemm_host.csv" || bad=1
+      timeout "$(limit "$tmo")" "$build/minfer" bench gemm-host --csv "$out/bench_gemm_host.csv" || bad=1
     fi
   fi
   for f in "$root"/bench/*_peers.py; do
@@ -362,7 +391,8 @@ stage_bench() {
     ran=1
     name=$(basename "$f" .py)
     echo "--- python3 bench/$name.py --out $out/bench_$name.csv"
-    MINFER_LIB="$build/libminfer.so" timeout "$tmo" python3 "$f" --out "$out/bench_$name.csv" || bad=1
+    (( $(limit "$tmo") < 15 )) && { echo "--- out of time: $name and later peers skipped"; bad=1; break; }
+    MINFER_LIB="$build/libminfer.so" timeout "$(limit "$tmo")" python3 "$f" --out "$out/bench_$name.csv" || bad=1
   done
   ((ran)) || { note="no minfer bench, no bench/*_peers.py"; return 2; }
   note="$(cd "$out" && ls bench_*.csv 2>/dev/null | tr '\n' ' ')"
