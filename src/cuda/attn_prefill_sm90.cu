@@ -45,30 +45,8 @@ template <int D> struct Sm90Traits {
     static constexpr int kBars = 2 * kStages * 8;     // full[kStages], empty[kStages]
     static constexpr int kSmem = 1024 + kQBytes + kStages * 2 * kTileBytes + kBars; // + 1024: aligning
     static_assert(D % 64 == 0, "64-column panels of 128-byte rows");
-    static_assert((kBM * D / 8) % kThreads == 0 && (kBN * D / 8) % kThreads == 0, "even cp.async shares");
     static_assert(kSmem <= 227 * 1024, "sm_90 shared memory per block");
 };
-
-#ifdef MF_SM90A_DEVICE
-// Byte offset of 16-byte chunk ch (of D / 8) of row `row` in a tile of R
-// rows: panel ch / 8 (R rows x 128 bytes), chunk swizzled by row & 7.
-template <int R> __device__ __forceinline__ uint32_t tile_off(int row, int ch) {
-    return (uint32_t)((ch >> 3) * R * 128 + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
-}
-
-// Rows [r0, r0 + R) of a (rows, D) view with row stride `stride` elements
-// into the tile at shared address dst; rows at or past `lim` become zeros.
-template <int D, int R>
-__device__ __forceinline__ void load_rows(uint32_t dst, const uint16_t *g, int64_t stride, int r0, int lim) {
-    constexpr int kChunks = D / 8, kThreads = Sm90Traits<D>::kThreads;
-#pragma unroll
-    for (int i = 0; i < R * kChunks / kThreads; i++) {
-        const int c = threadIdx.x + i * kThreads, row = c / kChunks, ch = c % kChunks;
-        const bool ok = r0 + row < lim;
-        sm90::cp_async16(dst + tile_off<R>(row, ch), ok ? g + (int64_t)(r0 + row) * stride + ch * 8 : g, ok);
-    }
-}
-#endif
 
 // Shapes: q/o (rows of the sequence, n_heads, D), k/v (keys, n_kv_heads, D),
 // strided as AttnParams says. Grid: x = q blocks of 128 rows (heaviest
@@ -124,12 +102,12 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
     auto issue = [&](int it) {
         const uint32_t sk = sKV + (it & 1) * 2 * Tr::kTileBytes;
         const int n0 = (t_lo + it) * kBN;
-        load_rows<D, kBN>(sk, gk, p.k_sr, n0, s.k_len);
-        load_rows<D, kBN>(sk + Tr::kTileBytes, gv, p.v_sr, n0, s.k_len);
+        cp_async_panels<D, kBN, Tr::kThreads>(sk, gk, p.k_sr, n0, s.k_len);
+        cp_async_panels<D, kBN, Tr::kThreads>(sk + Tr::kTileBytes, gv, p.v_sr, n0, s.k_len);
         mbar_arrive_cp_async(&full[it & 1]);
     };
     if (n_tiles > 0) {
-        load_rows<D, kBM>(sQ, gq, p.q_sr, m0, s.q_len);
+        cp_async_panels<D, kBM, Tr::kThreads>(sQ, gq, p.q_sr, m0, s.q_len);
         issue(0);
     }
 

@@ -121,6 +121,30 @@ __device__ __forceinline__ uint64_t desc_mn(uint32_t addr, uint32_t lbo) {
            ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+// ---- swizzled panels ------------------------------------------------------------------------
+//
+// A (R rows x D) tile of 16-bit elements as D / 64 panels of R 128-byte rows,
+// the layout both descriptors above read (the tile 1024-byte aligned, R a
+// multiple of 8): byte offset of 16-byte chunk ch (of D / 8) of row `row`.
+template <int R> __device__ __forceinline__ uint32_t panel_off(int row, int ch) {
+    return (uint32_t)((ch >> 3) * R * 128 + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+}
+
+// Rows [r0, r0 + R) of a (rows, D) 16-bit view with row stride `stride`
+// elements into the panels at shared address dst, by kThreads threads with
+// cp.async; rows at or past `lim` become zeros (nothing is read for them).
+template <int D, int R, int kThreads>
+__device__ __forceinline__ void cp_async_panels(uint32_t dst, const uint16_t *g, int64_t stride, int r0, int lim) {
+    constexpr int kChunks = D / 8;
+    static_assert((R * kChunks) % kThreads == 0, "even cp.async shares");
+#pragma unroll
+    for (int i = 0; i < R * kChunks / kThreads; i++) {
+        const int c = threadIdx.x + i * kThreads, row = c / kChunks, ch = c % kChunks;
+        const bool ok = r0 + row < lim;
+        cp_async16(dst + panel_off<R>(row, ch), ok ? g + (int64_t)(r0 + row) * stride + ch * 8 : g, ok);
+    }
+}
+
 // ---- warpgroup MMAs -------------------------------------------------------------------
 //
 // Accumulators d (64 x N f32) in the wgmma layout: warp w of the warpgroup,

@@ -2,7 +2,7 @@
 wgmma operand math on the CPU (no GPU here).
 
 src/cuda/attn_prefill_sm90.cu stores Q, K and V as 64-column panels of
-128-byte rows with the 128-byte swizzle (tile_off), then hands wgmma
+128-byte rows with the 128-byte swizzle (panel_off in src/cuda/sm90.cuh), then hands wgmma
 shared-memory descriptors (desc_k, desc_mn in src/cuda/sm90.cuh) and, for
 O += P V, an A fragment re-packed from the S accumulators. This file models,
 independently of the kernel, what wgmma reads for a descriptor — the
@@ -34,17 +34,17 @@ def swizzle(addr):
 
 # ---- the kernel's side -------------------------------------------------------------------
 
-def tile_off(rows, row, ch):
-    """attn_prefill_sm90.cu tile_off<R>(row, ch): byte offset of 16-byte chunk ch."""
+def panel_off(rows, row, ch):
+    """sm90.cuh panel_off<R>(row, ch): byte offset of 16-byte chunk ch."""
     return (ch >> 3) * rows * 128 + row * 128 + (((ch & 7) ^ (row & 7)) << 4)
 
 
 def store(smem, base, mat):
-    """load_rows: chunk ch of row r (8 elements) at base + tile_off; elements 2 bytes."""
+    """cp_async_panels: chunk ch of row r (8 elements) at base + panel_off; elements 2 bytes."""
     rows, d = mat.shape
     for r in range(rows):
         for ch in range(d // 8):
-            a = base + tile_off(rows, r, ch)
+            a = base + panel_off(rows, r, ch)
             assert a % 16 == 0
             smem[a // 2: a // 2 + 8] = mat[r, 8 * ch: 8 * ch + 8]
 
