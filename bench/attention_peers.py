@@ -12,8 +12,8 @@
     python3 bench/attention_peers.py --cpu     # smoke mode: tiny shapes on the CPU, nothing written
 
 Shapes (issue 8): prefill seq {128 ... 8192} x batch {1, 4, 16, 32} x heads
-{8, 16, 32}, head_dim 64 and 128, causal and not (default: the goal shapes;
---full: all), TFLOP/s by 4*B*H*S*S*D (halved when causal); decode batch {1,
+{8, 16, 32}, head_dim 64 and 128, causal and not (default: the goal shapes,
+with one head_dim 256 shape; --full: all), TFLOP/s by 4*B*H*S*S*D (halved when causal); decode batch {1,
 8, 32, 64} x cache length {1k, 4k, 16k, 32k}, 32 q heads over 8 KV heads,
 d128, one query token, GB/s of K + V read and % of the device-to-device copy
 bandwidth measured in the same run. Timing: CUDA events, warm-up, L2 flushed
@@ -38,7 +38,7 @@ BATCHES = [1, 4, 16, 32]
 HEADS = [8, 16, 32]
 DIMS = [64, 128]
 GOAL = [(16, 16, 2048, 64), (8, 16, 2048, 64), (4, 32, 4096, 128), (1, 32, 8192, 128), (4, 16, 512, 128),
-        (4, 16, 1024, 64)]  # (batch, heads, seq, d), as `minfer bench attention`
+        (4, 16, 1024, 64), (2, 16, 4096, 256)]  # (batch, heads, seq, d), as `minfer bench attention`
 DEC_B = [1, 8, 32, 64]
 DEC_L = [1024, 4096, 16384, 32768]
 IMPLS = ["sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "torch_naive", "minfer"]

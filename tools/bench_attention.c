@@ -330,9 +330,11 @@ static int make_cases(const at_opts *o, bool cuda, at_case *cases, int cap) {
                 cases[n++] = (at_case){false, 1, 8, 8, 256, 256, 128, causal};
             }
         } else if (!o->full) {
+            // the goal shapes, and one head_dim 256 shape (Gemma-style heads)
             static const int64_t goal[][4] = {{16, 16, 2048, 64}, {8, 16, 2048, 64}, {4, 32, 4096, 128},
-                                              {1, 32, 8192, 128}, {4, 16, 512, 128}, {4, 16, 1024, 64}};
-            for (int g = 0; g < 6; g++)
+                                              {1, 32, 8192, 128}, {4, 16, 512, 128}, {4, 16, 1024, 64},
+                                              {2, 16, 4096, 256}};
+            for (int g = 0; g < 7; g++)
                 for (int causal = 0; causal < 2 && n < cap; causal++)
                     cases[n++] = (at_case){false, goal[g][0], goal[g][1], goal[g][1], goal[g][2], goal[g][2],
                                            goal[g][3], causal};
