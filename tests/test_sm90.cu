@@ -177,6 +177,18 @@ void compare(const char *name, const std::vector<float> &got, const std::vector<
     }
 }
 
+// kern<<<1, 256, smem>>>(args...), then its f32 output (want.size() values at
+// out) against want, bit for bit.
+template <typename Kern, typename... A>
+void launch_check(const char *name, Kern kern, int smem, float *out, const std::vector<double> &want, A... args) {
+    if (!cuda_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), name)) return;
+    kern<<<1, 256, smem>>>(args...);
+    std::vector<float> got(want.size());
+    if (cuda_ok(cudaDeviceSynchronize(), name) &&
+        cuda_ok(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost), name))
+        compare(name, got, want);
+}
+
 template <int N, int K, typename T> void test_s() {
     const bool bf = std::is_same<T, __nv_bfloat16>::value;
     char name[96];
@@ -194,16 +206,10 @@ template <int N, int K, typename T> void test_s() {
         }
     void *dq = dev_copy(q), *dk = dev_copy(k);
     float *ds = nullptr;
-    const int smem = 1024 + kRows * K * 2 + N * K * 2 + 8;
-    auto kern = s_kernel<N, K, T>;
-    if (cuda_ok(cudaMalloc(&ds, want.size() * 4), name) && dq && dk &&
-        cuda_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), name)) {
-        kern<<<1, 256, smem>>>(static_cast<uint16_t *>(dq), static_cast<uint16_t *>(dk), ds);
-        std::vector<float> got(want.size());
-        if (cuda_ok(cudaDeviceSynchronize(), name) &&
-            cuda_ok(cudaMemcpy(got.data(), ds, got.size() * 4, cudaMemcpyDeviceToHost), name))
-            compare(name, got, want);
-    }
+    if (cuda_ok(cudaMalloc(&ds, want.size() * 4), name) &&
+        cuda_ok(dq && dk ? cudaSuccess : cudaErrorMemoryAllocation, name))
+        launch_check(name, s_kernel<N, K, T>, 1024 + kRows * K * 2 + N * K * 2 + 8, ds, want,
+                     static_cast<const uint16_t *>(dq), static_cast<const uint16_t *>(dk), ds);
     cudaFree(dq), cudaFree(dk), cudaFree(ds);
 }
 
@@ -224,16 +230,10 @@ template <int D, int BN, typename T> void test_pv() {
         }
     void *dp = dev_copy(p), *dv = dev_copy(v);
     float *dout = nullptr;
-    const int smem = 1024 + BN * D * 2 + 8;
-    auto kern = pv_kernel<D, BN, T>;
-    if (cuda_ok(cudaMalloc(&dout, want.size() * 4), name) && dp && dv &&
-        cuda_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), name)) {
-        kern<<<1, 256, smem>>>(static_cast<float *>(dp), static_cast<uint16_t *>(dv), dout);
-        std::vector<float> got(want.size());
-        if (cuda_ok(cudaDeviceSynchronize(), name) &&
-            cuda_ok(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), name))
-            compare(name, got, want);
-    }
+    if (cuda_ok(cudaMalloc(&dout, want.size() * 4), name) &&
+        cuda_ok(dp && dv ? cudaSuccess : cudaErrorMemoryAllocation, name))
+        launch_check(name, pv_kernel<D, BN, T>, 1024 + BN * D * 2 + 8, dout, want, static_cast<const float *>(dp),
+                     static_cast<const uint16_t *>(dv), dout);
     cudaFree(dp), cudaFree(dv), cudaFree(dout);
 }
 

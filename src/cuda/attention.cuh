@@ -104,6 +104,45 @@ __device__ __forceinline__ void attn_zero_rows(const AttnParams &p, const SeqVie
         }
 }
 
+// The rows of one prefill block: q rows [m0, m0 + bm) of sequence s, head h.
+struct PrefillRows {
+    int m0, m_end;     // real rows [m0, m_end)
+    int off;           // k_len - q_len: causal masks align bottom-right
+    int n_lo, n_hi;    // keys [n_lo, n_hi) are visible from at least one real row
+};
+
+// The prologue both prefill kernels share. A bad sequence is counted once
+// (block x 0 of head 0) and its rows zero-filled, also those past the grid
+// (q_len > max_q_len); returns false then, and when the block has no real
+// row; otherwise fills r.
+__device__ __forceinline__ bool attn_prefill_rows(const AttnParams &p, const SeqView &s, int h, int m0, int bm,
+                                                  PrefillRows &r) {
+    if (!s.ok && blockIdx.x == 0 && h == 0 && threadIdx.x == 0) atomicAdd(p.err, 1u);
+    if (s.q_len <= m0) return false;
+    if (!s.ok) {
+        for (int64_t r0 = m0; r0 < s.q_len; r0 += (int64_t)gridDim.x * bm) // int64: q_len near INT_MAX
+            attn_zero_rows(p, s, h, (int)r0, (int)min((int64_t)s.q_len, r0 + bm));
+        return false;
+    }
+    r.m0 = m0, r.m_end = min(s.q_len, m0 + bm), r.off = s.k_len - s.q_len;
+    r.n_lo = 0, r.n_hi = s.k_len;
+    if (p.causal) {
+        r.n_hi = max(0, min(r.n_hi, r.m_end - 1 + r.off + 1));
+        if (p.window > 0) // int64: window up to INT_MAX
+            r.n_lo = (int)max((int64_t)0, (int64_t)m0 + r.off - p.window + 1);
+    }
+    return true;
+}
+
+// Whether keys [n0, n0 + bn) need the mask for some real row of the block
+// (past k_len, or crossing the causal / window edge); other visited tiles
+// are wholly visible to every real row.
+__device__ __forceinline__ bool attn_edge_tile(const AttnParams &p, const SeqView &s, const PrefillRows &r, int n0,
+                                               int bn) {
+    return n0 + bn > s.k_len ||
+           (p.causal && (n0 + bn - 1 > r.m0 + r.off || (p.window > 0 && n0 <= r.m_end - 1 + r.off - p.window)));
+}
+
 // Entries of the three kernels (argument checks done by the dispatch).
 mf_status mf_cuda_attn_prefill(mf_cuda_ctx *c, const AttnParams &p);     // attn_prefill.cu
 bool mf_cuda_attn_prefill_fits(const AttnParams &p);                     // tensor-core shapes

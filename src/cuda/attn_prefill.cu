@@ -119,22 +119,9 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     const int b = blockIdx.z, h = blockIdx.y, m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const SeqView s = attn_seq(p, b);
-    if (!s.ok && blockIdx.x == 0 && h == 0 && tid == 0) atomicAdd(p.err, 1u);
-    if (s.q_len <= m0) return;
-    const int m_end = min(s.q_len, m0 + kBlockM); // rows [m0, m_end) are real
-    if (!s.ok) { // every row of the sequence, also those past the grid (q_len > max_q_len)
-        for (int64_t r0 = m0; r0 < s.q_len; r0 += (int64_t)gridDim.x * kBlockM) // int64: q_len near INT_MAX
-            attn_zero_rows(p, s, h, (int)r0, (int)min((int64_t)s.q_len, r0 + kBlockM));
-        return;
-    }
-    const int kvh = h / p.grp, off = s.k_len - s.q_len;
-
-    // Keys [n_lo, n_hi) are visible from at least one real row of the block.
-    int n_lo = 0, n_hi = s.k_len;
-    if (p.causal) {
-        n_hi = max(0, min(n_hi, m_end - 1 + off + 1));
-        if (p.window > 0) n_lo = (int)max((int64_t)0, (int64_t)m0 + off - p.window + 1); // int64: window up to INT_MAX
-    }
+    PrefillRows rr;
+    if (!attn_prefill_rows(p, s, h, m0, kBlockM, rr)) return;
+    const int kvh = h / p.grp, off = rr.off, n_lo = rr.n_lo, n_hi = rr.n_hi;
     const int t_lo = n_lo / kBlockN, t_hi = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : t_lo;
 
     const uint16_t *gq = static_cast<const uint16_t *>(p.q) + s.q_off + (int64_t)h * p.q_sh;
@@ -212,10 +199,7 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
         for (int i = 0; i < kBlockN / 8; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) sc[i][e] *= p.scale_log2;
-        const bool edge = n0 + kBlockN > s.k_len ||
-                          (p.causal && (n0 + kBlockN - 1 > m0 + off ||
-                                        (p.window > 0 && n0 <= m_end - 1 + off - p.window)));
-        if (edge) {
+        if (attn_edge_tile(p, s, rr, n0, kBlockN)) {
 #pragma unroll
             for (int i = 0; i < kBlockN / 8; i++)
 #pragma unroll

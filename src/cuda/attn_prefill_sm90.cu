@@ -69,22 +69,9 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
     const int b = blockIdx.z, h = blockIdx.y, m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const SeqView s = attn_seq(p, b);
-    if (!s.ok && blockIdx.x == 0 && h == 0 && tid == 0) atomicAdd(p.err, 1u);
-    if (s.q_len <= m0) return;
-    const int m_end = min(s.q_len, m0 + kBM); // rows [m0, m_end) are real
-    if (!s.ok) { // every row of the sequence, also those past the grid (q_len > max_q_len)
-        for (int64_t r0 = m0; r0 < s.q_len; r0 += (int64_t)gridDim.x * kBM) // int64: q_len near INT_MAX
-            attn_zero_rows(p, s, h, (int)r0, (int)min((int64_t)s.q_len, r0 + kBM));
-        return;
-    }
-    const int kvh = h / p.grp, off = s.k_len - s.q_len;
-
-    // Keys [n_lo, n_hi) are visible from at least one real row of the block.
-    int n_lo = 0, n_hi = s.k_len;
-    if (p.causal) {
-        n_hi = max(0, min(n_hi, m_end - 1 + off + 1));
-        if (p.window > 0) n_lo = (int)max((int64_t)0, (int64_t)m0 + off - p.window + 1); // int64: window up to INT_MAX
-    }
+    PrefillRows rr;
+    if (!attn_prefill_rows(p, s, h, m0, kBM, rr)) return;
+    const int kvh = h / p.grp, off = rr.off, n_lo = rr.n_lo, n_hi = rr.n_hi;
     const int t_lo = n_lo / kBN, n_tiles = n_hi > n_lo ? (n_hi + kBN - 1) / kBN - t_lo : 0;
 
     const uint16_t *gq = static_cast<const uint16_t *>(p.q) + s.q_off + (int64_t)h * p.q_sh;
@@ -92,7 +79,8 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
     const uint16_t *gv = static_cast<const uint16_t *>(p.v) + s.v_off + (int64_t)kvh * p.v_sh;
 
     if (tid == 0) {
-        for (int st = 0; st < Tr::kStages; st++) mbar_init(&full[st], Tr::kThreads), mbar_init(&empty[st], Tr::kThreads);
+        for (int st = 0; st < Tr::kStages; st++)
+            mbar_init(&full[st], Tr::kThreads), mbar_init(&empty[st], Tr::kThreads);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -149,9 +137,7 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
         const int n0 = (t_lo + it) * kBN;
 #pragma unroll
         for (int i = 0; i < kBN / 2; i++) sc[i] *= p.scale_log2;
-        const bool edge = n0 + kBN > s.k_len ||
-                          (p.causal && (n0 + kBN - 1 > m0 + off || (p.window > 0 && n0 <= m_end - 1 + off - p.window)));
-        if (edge) {
+        if (attn_edge_tile(p, s, rr, n0, kBN)) {
 #pragma unroll
             for (int i = 0; i < kBN / 2; i++) {
                 const int r = row_a + ((i >> 1) & 1) * 8, j = n0 + (i >> 2) * 8 + 2 * tq + (i & 1);
