@@ -143,6 +143,55 @@ __device__ __forceinline__ bool attn_edge_tile(const AttnParams &p, const SeqVie
            (p.causal && (n0 + bn - 1 > r.m0 + r.off || (p.window > 0 && n0 <= r.m_end - 1 + r.off - p.window)));
 }
 
+// One key tile of the prefill kernels' online softmax, on accumulators in
+// the m16n8 / m64nN layout: a thread holds rows g and g + 8 (r = 0, 1) of
+// `ns` 8-column groups of scores, sc(i, 2r) and sc(i, 2r + 1), and the same
+// of `no` groups of O; the 4 lanes of a quad share a row (shuffles 1, 2).
+// Scores are in the exp2 domain and become P (unnormalised); O is rescaled;
+// mrow / lrow are the running max and the thread's partial sum of each row.
+template <int ns, int no, typename Sc, typename Ov>
+__device__ __forceinline__ void attn_softmax_tile(Sc sc, Ov o, float (&mrow)[2], float (&lrow)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < ns; i++) mx = fmaxf(mx, fmaxf(sc(i, 2 * r), sc(i, 2 * r + 1)));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(mrow[r], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row blind so far: no inf - inf
+        const float alpha = attn_exp2(mrow[r] - m_use);
+        mrow[r] = m_new;
+        float rs = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ns; i++) {
+            sc(i, 2 * r) = attn_exp2(sc(i, 2 * r) - m_use);
+            sc(i, 2 * r + 1) = attn_exp2(sc(i, 2 * r + 1) - m_use);
+            rs += sc(i, 2 * r) + sc(i, 2 * r + 1);
+        }
+        lrow[r] = lrow[r] * alpha + rs; // the thread's partial; the quad sums at the end
+#pragma unroll
+        for (int i = 0; i < no; i++) o(i, 2 * r) *= alpha, o(i, 2 * r + 1) *= alpha;
+    }
+}
+
+// After the last tile: O divided by the row sums (quad-reduced) and each
+// row's lse; a row that saw no key (l = 0) gives 0 and lse -inf.
+template <int no, typename Ov>
+__device__ __forceinline__ void attn_softmax_finish(Ov o, const float (&mrow)[2], const float (&lrow)[2],
+                                                    float (&lse)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        lse[r] = l > 0.0f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
+#pragma unroll
+        for (int i = 0; i < no; i++) o(i, 2 * r) *= inv, o(i, 2 * r + 1) *= inv;
+    }
+}
+
 // Entries of the three kernels (argument checks done by the dispatch).
 mf_status mf_cuda_attn_prefill(mf_cuda_ctx *c, const AttnParams &p);     // attn_prefill.cu
 bool mf_cuda_attn_prefill_fits(const AttnParams &p);                     // tensor-core shapes

@@ -209,29 +209,8 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
                 }
         }
 
-        // Online softmax: the 4 threads of a quad share a row (shuffles 1, 2).
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < kBlockN / 8; i++) mx = fmaxf(mx, fmaxf(sc[i][2 * r], sc[i][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(mrow[r], mx);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row blind so far: no inf - inf
-            const float alpha = attn_exp2(mrow[r] - m_use);
-            mrow[r] = m_new;
-            float rs = 0.0f;
-#pragma unroll
-            for (int i = 0; i < kBlockN / 8; i++) {
-                sc[i][2 * r] = attn_exp2(sc[i][2 * r] - m_use);
-                sc[i][2 * r + 1] = attn_exp2(sc[i][2 * r + 1] - m_use);
-                rs += sc[i][2 * r] + sc[i][2 * r + 1];
-            }
-            lrow[r] = lrow[r] * alpha + rs; // the thread's partial; the quad sums at the end
-#pragma unroll
-            for (int i = 0; i < D / 8; i++) o[i][2 * r] *= alpha, o[i][2 * r + 1] *= alpha;
-        }
+        attn_softmax_tile<kBlockN / 8, D / 8>([&](int i, int e) -> float & { return sc[i][e]; },
+                                              [&](int i, int e) -> float & { return o[i][e]; }, mrow, lrow);
 
         // O += P V. P's C fragments of n-tiles 2kk, 2kk+1 are the A fragment of
         // key step kk. V is stored (key, d): ldmatrix.trans of 8 keys x 8 dims is
@@ -255,18 +234,8 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     }
     cp_async_wait<0>();
 
-    // Normalise; a row that saw no key (l = 0) gives 0 and lse -inf.
     float lse[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        lse[r] = l > 0.0f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) o[i][2 * r] *= inv, o[i][2 * r + 1] *= inv;
-    }
+    attn_softmax_finish<D / 8>([&](int i, int e) -> float & { return o[i][e]; }, mrow, lrow, lse);
 
     // Stage the warp's 16 rows in its own rows of sQ (only this warp read
     // them), then 16-byte coalesced stores of whole rows.

@@ -145,29 +145,8 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
             }
         }
 
-        // Online softmax: the 4 lanes of a quad share a row (shuffles 1, 2).
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < kBN / 8; i++) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * r], sc[4 * i + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(mrow[r], mx);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row blind so far: no inf - inf
-            const float alpha = attn_exp2(mrow[r] - m_use);
-            mrow[r] = m_new;
-            float rs = 0.0f;
-#pragma unroll
-            for (int i = 0; i < kBN / 8; i++) {
-                sc[4 * i + 2 * r] = attn_exp2(sc[4 * i + 2 * r] - m_use);
-                sc[4 * i + 2 * r + 1] = attn_exp2(sc[4 * i + 2 * r + 1] - m_use);
-                rs += sc[4 * i + 2 * r] + sc[4 * i + 2 * r + 1];
-            }
-            lrow[r] = lrow[r] * alpha + rs; // the thread's partial; the quad sums at the end
-#pragma unroll
-            for (int i = 0; i < D / 8; i++) o[4 * i + 2 * r] *= alpha, o[4 * i + 2 * r + 1] *= alpha;
-        }
+        attn_softmax_tile<kBN / 8, D / 8>([&](int i, int e) -> float & { return sc[4 * i + e]; },
+                                          [&](int i, int e) -> float & { return o[4 * i + e]; }, mrow, lrow);
 
         // O += P V: k step j (keys 16 j ... 16 j + 15) takes accumulator groups
         // 2j, 2j + 1 as its A fragment and rows 16 j ... of V (+2048 bytes).
@@ -185,18 +164,8 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
         mbar_arrive(&empty[st]); // this thread is done with the stage
     }
 
-    // Normalise; a row that saw no key (l = 0) gives 0 and lse -inf.
     float lse[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        lse[r] = l > 0.0f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) o[4 * i + 2 * r] *= inv, o[4 * i + 2 * r + 1] *= inv;
-    }
+    attn_softmax_finish<D / 8>([&](int i, int e) -> float & { return o[4 * i + e]; }, mrow, lrow, lse);
 
     // Stores straight from the accumulators: a quad writes 16 contiguous
     // bytes of a row per 8-column group (L2 merges the sectors).
