@@ -347,54 +347,60 @@ __device__ __forceinline__ void block_ms(float &m, float &s, float *red_m, float
 // persistent loop over rows): the scheduler overlaps one block's reductions
 // and stores with other blocks' loads.
 
-// The row's max (kMax) or sum of v over its group, block and cluster; every
-// thread of the row gets the same value (xor butterflies give every lane the
-// same sum: float addition is commutative; blocks and cluster ranks are
-// combined in a fixed order). red: 32 floats of shared memory, cl: one float
-// of shared memory, each used by one kind of reduction only (see the kernel
-// for why no further barriers are needed).
-template <bool kMax>
-__device__ __forceinline__ float row_reduce(float v, int G, int cs, float *red, float *cl) {
+// The row's max (kMax) or sum of v over its group (G <= 32) or its block
+// (G > 32); every thread of the group gets the same value (xor butterflies
+// give every lane the same sum: float addition is commutative). red: 32
+// floats of shared memory, used by one kind of reduction only (see the
+// kernel for why no further barriers are needed).
+template <bool kMax> __device__ __forceinline__ float row_reduce(float v, int G, float *red) {
     if (G <= 32) return kMax ? group_max(v, G) : group_sum(v, G);
     v = kMax ? group_max(v, 32) : group_sum(v, 32);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     if (lane == 0) red[warp] = v;
     __syncthreads();
     v = lane < nwarps ? red[lane] : (kMax ? -INFINITY : 0.0f);
-    v = kMax ? group_max(v, 32) : group_sum(v, 32);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cs > 1) {
-        cg::cluster_group cluster = cg::this_cluster();
-        if (threadIdx.x == 0) *cl = v;
-        cluster.sync(); // release/acquire: every block's *cl is visible to the cluster
-        // Lane q reads rank q (cs <= 16 < 32): one round of remote latency,
-        // not cs; the butterfly gives every lane of every block the same bits.
-        v = lane < cs ? *cluster.map_shared_rank(cl, lane) : (kMax ? -INFINITY : 0.0f);
-        v = kMax ? group_max(v, 32) : group_sum(v, 32);
-    }
-#else
-    (void)cl;
-    if (cs > 1) __trap(); // no cluster exchange in this image (max_cluster never plans one)
-#endif
-    return v;
+    return kMax ? group_max(v, 32) : group_sum(v, 32);
 }
 
-// Barriers: red_m / cl_m are written again only in the next row's max step,
-// which every thread (and every block of the cluster) reaches after the sum
-// step's barrier, i.e. after the last read of this row's max partials; red_s
-// / cl_s likewise after the next max step's barrier. A cluster syncs once
-// more before exiting so that no block leaves while its cl_s is read.
+// The row's (max, sum) over a cluster of cs blocks from each block's (m, s)
+// (s relative to the block's own max): one cluster barrier per row. cl: this
+// row's slot of a double buffer (a block writes the slot again two rows on,
+// after the next row's barrier, which every block passes only after it read
+// this row's slots). Lane q reads rank q (cs <= 16 < 32): one round of remote
+// latency; the butterfly gives every lane of every block the same bits.
+__device__ __forceinline__ void cluster_ms(float &m, float &s, int cs, float2 *cl) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) *cl = make_float2(m, s);
+    cluster.sync(); // release/acquire: every block's slot is visible to the cluster
+    const int lane = threadIdx.x & 31;
+    const float2 t = lane < cs ? *cluster.map_shared_rank(cl, lane) : make_float2(-INFINITY, 0.0f);
+    m = t.x, s = t.y;
+    warp_ms(m, s);
+#else
+    (void)m, (void)s, (void)cl;
+    if (cs > 1) __trap(); // no cluster exchange in this image (max_cluster never plans one)
+#endif
+}
+
+// Barriers: red_m is written again only in the next row's max step, which
+// every thread reaches after the sum step's barrier, i.e. after the last
+// read of this row's max partials; red_s likewise after the next max step's
+// barrier. Clusters: see cluster_ms; a cluster syncs once more before
+// exiting so that no block leaves while its last slot is read.
 template <bool kBcol>
 __global__ void __launch_bounds__(kRowsMaxThreads, kBcol ? 1 : 2)
     softmax_rows_kernel(SmParams p, int G, int cs) {
     constexpr int kC = kRowsChunks;
-    __shared__ float red_m[32], red_s[32], cl_m, cl_s;
+    __shared__ float red_m[32], red_s[32];
+    __shared__ float2 cl[2]; // clusters: (max, sum) of this block for even / odd rows
     const bool wide = G > 32;
     const int gl = wide ? (int)threadIdx.x : (int)threadIdx.x & (G - 1);
     const int rows_per_block = wide ? 1 : (int)blockDim.x / G;
     const int rank = cs > 1 ? (int)(blockIdx.x % cs) : 0; // 1-D clusters: the block's rank in its cluster
     const int64_t nblk = (p.rows + rows_per_block - 1) / rows_per_block;
-    for (int64_t blk = blockIdx.x / cs; blk < nblk; blk += gridDim.x / cs) {
+    int parity = 0; // clusters: the row's slot of cl
+    for (int64_t blk = blockIdx.x / cs; blk < nblk; blk += gridDim.x / cs, parity ^= 1) {
         const int64_t r = blk * rows_per_block + (wide ? 0 : (int)threadIdx.x / G);
         Row row = row_setup(p, r < p.rows ? r : p.rows - 1);
         if (r >= p.rows) row.nchunks = 0, row.lim = 0; // its lanes still join the shuffles
@@ -416,7 +422,9 @@ __global__ void __launch_bounds__(kRowsMaxThreads, kBcol ? 1 : 2)
 #pragma unroll
             for (int e = 0; e < kMfVec; e++) m = fmaxf(m, v[k][e]);
         }
-        const float me = me_of(row_reduce<true>(m, G, cs, red_m, &cl_m));
+        // The block's max (the row's without clusters); the exponentials are
+        // taken against it, and a cluster rescales once it knows the row's.
+        const float mb = row_reduce<true>(m, G, red_m), me = me_of(mb);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < kC; k++)
@@ -425,7 +433,13 @@ __global__ void __launch_bounds__(kRowsMaxThreads, kBcol ? 1 : 2)
                 v[k][e] = ex2((v[k][e] - me) * kLog2e);
                 s += v[k][e];
             }
-        const float inv = inv_of(row_reduce<false>(s, G, cs, red_s, &cl_s));
+        const float sb = row_reduce<false>(s, G, red_s);
+        float inv = inv_of(sb);
+        if (cs > 1) { // y = e^(x - mb) e^(mb - M) / S; a block without visible keys (sb = 0) writes 0s
+            float M = mb, S = sb;
+            cluster_ms(M, S, cs, &cl[parity]);
+            inv = sb == 0.0f ? 0.0f : ex2((me - me_of(M)) * kLog2e) * inv_of(S);
+        }
 #pragma unroll
         for (int k = 0; k < kC; k++) {
             const int c = c_beg + k * G;
@@ -769,7 +783,7 @@ mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
         pl->var = kVarCluster;
         pl->cs = cs;
         pl->G = pl->threads = round32((per_block + kRowsChunks - 1) / kRowsChunks);
-        // row_reduce exchanges across the cluster only after a block-wide step (G > 32):
+        // cluster_ms exchanges one (max, sum) per block: one row per block (G > 32),
         // true for every cluster row (per_block > kRowsMaxChunks / 2 chunks); kept true here.
         if (pl->G <= 32)
             return mf_fail(MF_ERR_INTERNAL, "softmax: cluster plan with %d threads per block", pl->G);
