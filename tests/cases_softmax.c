@@ -61,6 +61,7 @@ typedef struct {
     bool inplace;                       // y is x (same view)
     bool want;                          // CUDA: check the plan's variant (rows / cluster; see check_variant)
     bool nan_row;                       // one NaN at a visible column of one row
+    int64_t inf_head;                   // x columns [0, inf_head) -inf in every row (nan_row: the NaN goes last)
 } sm_p;
 
 // A view's element offset of (b, h, i, j); size-1 dims broadcast.
@@ -176,7 +177,7 @@ static th_result run_softmax(th_ctx *ctx, const void *params) {
         for (int64_t j = 0; j < K; j++) {
             double v = th_rng_unif(&ctx->rng, -span, span);
             if (kind == 2 && th_rng_int(&ctx->rng, 16) == 0) v += th_rng_int(&ctx->rng, 2) ? 1e4 : -1e4;
-            if (j >= ninf0 && j < ninf1) v = -INFINITY;
+            if ((j >= ninf0 && j < ninf1) || j < p->inf_head) v = -INFINITY;
             th_set(bx, p->xoff + off4(&a.x, b, h, i, j), v);
         }
     }
@@ -231,7 +232,7 @@ static th_result run_softmax(th_ctx *ctx, const void *params) {
         for (int64_t r = rows / 2; r < rows + rows / 2; r++) {
             const int64_t rr = r % rows, i = rr % Q, h = rr / Q % H, b = rr / Q / H, lim = limit_of(p, klv, b, i);
             if (lim > 0) {
-                th_set(bx, p->xoff + off4(&a.x, b, h, i, th_rng_int(&ctx->rng, lim)), NAN);
+                th_set(bx, p->xoff + off4(&a.x, b, h, i, p->inf_head ? lim - 1 : th_rng_int(&ctx->rng, lim)), NAN);
                 break;
             }
         }
@@ -335,6 +336,7 @@ static void add_case(th_list *l, const sm_p *p) {
     if (p->xoff || p->yoff) n += (size_t)snprintf(lay + n, sizeof lay - n, ",offset=%d/%d", p->xoff, p->yoff);
     if (p->inplace) n += (size_t)snprintf(lay + n, sizeof lay - n, ",inplace=1");
     if (p->nan_row) n += (size_t)snprintf(lay + n, sizeof lay - n, ",nan=1");
+    if (p->inf_head) n += (size_t)snprintf(lay + n, sizeof lay - n, ",inf_head=%lld", (long long)p->inf_head);
     th_add(l, run_softmax, p, sizeof *p, "softmax(%s,%s,mask=%s,scale=%g%s)", dts, shp, msk, (double)p->scale, lay);
 }
 
@@ -605,6 +607,14 @@ void th_cases_softmax(th_list *l) {
         sm_p p = four_case(dts[ci % 3], 1, 3, 3, ncols[ci]);
         p.mask = ci % 2 ? M_CAUSAL : M_BIAS;
         p.nan_row = true;
+        add_case(l, &p);
+    }
+    // ... also when a whole block of a cluster row (sm_90: 8192-column blocks,
+    // 3 per row; 70 rows keep the cluster plan) holds only -inf: its output
+    // is NaN too, not 0 (the NaN is the row's last column).
+    {
+        sm_p p = base_case(MF_DTYPE_F32, 70, 20000);
+        p.nan_row = true, p.inf_head = 8300, p.want = true;
         add_case(l, &p);
     }
     // 7. Long rows with few of them (CUDA splits them over blocks), causal and key_lens.

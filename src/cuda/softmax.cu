@@ -277,8 +277,10 @@ __device__ __forceinline__ float inv_of(float s) { return s == 0.0f ? 0.0f : 1.0
 // nothing (its scale factor may overflow: 0 * inf would be NaN).
 __device__ __forceinline__ void ms_combine(float &m, float &s, float m2, float s2) {
     const float M = fmaxf(m, m2), ME = me_of(M);
-    const float a = s == 0.0f ? 0.0f : s * ex2((me_of(m) - ME) * kLog2e);
-    const float b = s2 == 0.0f ? 0.0f : s2 * ex2((me_of(m2) - ME) * kLog2e);
+    // __fmul_rn: never contracted into an FMA with the sum, so both lanes of a
+    // butterfly (and every block of a cluster) round alike: the same bits.
+    const float a = s == 0.0f ? 0.0f : __fmul_rn(s, ex2((me_of(m) - ME) * kLog2e));
+    const float b = s2 == 0.0f ? 0.0f : __fmul_rn(s2, ex2((me_of(m2) - ME) * kLog2e));
     m = M;
     s = a + b;
 }
@@ -435,10 +437,14 @@ __global__ void __launch_bounds__(kRowsMaxThreads, kBcol ? 1 : 2)
             }
         const float sb = row_reduce<false>(s, G, red_s);
         float inv = inv_of(sb);
-        if (cs > 1) { // y = e^(x - mb) e^(mb - M) / S; a block without visible keys (sb = 0) writes 0s
+        if (cs > 1) { // y = e^(x - mb) e^(mb - M) / S
             float M = mb, S = sb;
             cluster_ms(M, S, cs, &cl[parity]);
-            inv = sb == 0.0f ? 0.0f : ex2((me - me_of(M)) * kLog2e) * inv_of(S);
+            // A block whose logits are all -inf (sb = 0) takes factor 0 (e^(0 - M) may
+            // overflow: 0 inf would be NaN), but still S's 1 / S: 0 for a fully
+            // masked row, NaN when a NaN elsewhere in the row made S NaN.
+            const float f = sb == 0.0f ? 0.0f : ex2((me - me_of(M)) * kLog2e);
+            inv = f * inv_of(S);
         }
 #pragma unroll
         for (int k = 0; k < kC; k++) {
