@@ -38,10 +38,11 @@
 #   docs/results/moe_minfer_bench.csv  moe.csv (peers)
 #   docs/results/topk_minfer_bench.csv  topk_peers.csv
 #   docs/results/model_minfer_bench.csv  model_profile.csv  model_peers.csv  ncu.csv
-# then bench/plot.py redraws docs/plots/.
+# then bench/plot.py redraws docs/plots/ and bench/report.py the result tables
+# of docs/REPORT.md (its <!-- report:NAME --> regions).
 # OUTDIR holds: summary.txt (steps, states, times, notes), bench.log (every
 # command and its stderr), results.tar.gz (docs/results/*.csv + docs/plots/*.png
-# as updated: unpack at the repository root), raw.tar.gz (raw CSVs, ncu reports
+# + docs/REPORT.md as updated: unpack at the repository root), raw.tar.gz (raw CSVs, ncu reports
 # .ncu-rep, gpu-check logs).
 #
 # Environment knobs:
@@ -297,7 +298,8 @@ fi
 # ---- plots, archives, summary ------------------------------------------------------------------------------------
 if ((dry)); then
   echo "[plots] python3 bench/plot.py"
-  echo "[pack]  tar czf OUTDIR/results.tar.gz docs/results/*.csv docs/plots/*.png; tar czf OUTDIR/raw.tar.gz -C OUTDIR/.work ."
+  echo "[report] python3 bench/report.py   # REPORT.md's generated result tables"
+  echo "[pack]  tar czf OUTDIR/results.tar.gz docs/results/*.csv docs/plots/*.png docs/REPORT.md; tar czf OUTDIR/raw.tar.gz -C OUTDIR/.work ."
   exit 0
 fi
 if python3 "$root/bench/plot.py" >>"$log" 2>&1; then
@@ -305,7 +307,12 @@ if python3 "$root/bench/plot.py" >>"$log" 2>&1; then
 else
   record plots FAIL 0s "bench/plot.py failed (matplotlib?)"
 fi
-(cd "$root" && tar czf "$out/results.tar.gz" docs/results/*.csv docs/plots/*.png 2>>"$log")
+if python3 "$root/bench/report.py" >>"$log" 2>&1; then
+  record report PASS 0s "$(grep '^report:' "$log" | tail -n1 | sed 's/^report: //')"
+else
+  record report FAIL 0s "bench/report.py failed (see bench.log)"
+fi
+(cd "$root" && tar czf "$out/results.tar.gz" docs/results/*.csv docs/plots/*.png docs/REPORT.md 2>>"$log")
 (cd "$work" && tar czf "$out/raw.tar.gz" . 2>>"$log") && rm -rf "$work"
 {
   echo "minfer gpu-bench  $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit $commit  device: $gpu  total $(( $(date +%s) - t0 ))s"
