@@ -57,6 +57,12 @@ def source(rows, command):
     return f"*{provenance(rows)}; `{command}`.*"
 
 
+def finish(header, rows, mine, command, peers=(), peer_command=""):
+    """The table, then where minfer's rows (and the peers', if any) came from."""
+    out = table(header, rows) + "\n\n" + source(mine, command)
+    return out + (" " + source(peers, peer_command) if peers else "")
+
+
 # ---- the tables ------------------------------------------------------------------------------------
 
 def t_softmax(res):
@@ -74,12 +80,8 @@ def t_softmax(res):
         t = tri.get(k)
         rows.append([f"{k[0]}×{k[1]}×{k[2]}×{k[3]} {k[4]}", f"{f(col(r, 'p50_us'))} µs ({r.get('kernel', '')})",
                      f(col(r, "%copy"), 0) + "%", f(t) + " µs" if t else "–", ratio(t, col(r, "p50_us"))])
-    out = table(["shape b×h×q×k, mask", "minfer p50", "% of copy", "our Triton kernel p50", "minfer speed / Triton"],
-                rows)
-    out += "\n\n" + source(mine, "build/minfer bench softmax --csv")
-    if peers:
-        out += " " + source(peers, "python3 bench/softmax_peers.py")
-    return out
+    return finish(["shape b×h×q×k, mask", "minfer p50", "% of copy", "our Triton kernel p50", "minfer speed / Triton"],
+                  rows, mine, "build/minfer bench softmax --csv", peers, "python3 bench/softmax_peers.py")
 
 
 def shape_key(r):
@@ -108,11 +110,9 @@ def t_attention(res):
         out_rows.append([f"{k[0]}×{k[1]}×{k[2]}, d{k[3]}, {'causal' if k[4] else 'none'}",
                          f"{f(base)} ({text(r, 'path') or '?'})", f(wg), f(fl), f(cu), ratio(best, fl),
                          ratio(best, cu), f(100 * best / gm[0], 0) + "%" if best and gm else "–"])
-    out = table(["B×H×S, D, mask", "minfer TFLOP/s (path)", "minfer sm_90a (wgmma)", "SDPA flash", "SDPA cuDNN",
-                 "best minfer / flash", "best minfer / cuDNN", "% of bf16 GEMM"], out_rows)
-    out += "\n\n" + source(mine, "build/minfer bench attention --format csv")
-    if peers:
-        out += " " + source(peers, "python3 bench/attention_peers.py")
+    out = finish(["B×H×S, D, mask", "minfer TFLOP/s (path)", "minfer sm_90a (wgmma)", "SDPA flash", "SDPA cuDNN",
+                  "best minfer / flash", "best minfer / cuDNN", "% of bf16 GEMM"], out_rows, mine,
+                 "build/minfer bench attention --format csv", peers, "python3 bench/attention_peers.py")
     if gm:
         out += f" *GEMM ceiling {gm[0]:.0f} TFLOP/s ({gm[1]}, commit {gm[2]}).*"
     return out
@@ -130,12 +130,9 @@ def t_decode(res):
         k = (int(col(r, "batch") or 0), int(r["_k"] or 0))
         out_rows.append([f"{k[0]} × {k[1]}", f(r["_gbps"]), f(col(r, "%copy"), 0) + "%", text(r, "splits", default="–"),
                          f(fl.get(k)), ratio(r["_gbps"], fl.get(k))])
-    out = table(["batch × context", "minfer GB/s", "% of copy", "splits", "SDPA flash GB/s", "minfer / flash"],
-                out_rows)
-    out += "\n\n" + source(mine, "build/minfer bench attention --cases decode --format csv")
-    if peers:
-        out += " " + source(peers, "python3 bench/attention_peers.py")
-    return out
+    return finish(["batch × context", "minfer GB/s", "% of copy", "splits", "SDPA flash GB/s", "minfer / flash"],
+                  out_rows, mine, "build/minfer bench attention --cases decode --format csv", peers,
+                  "python3 bench/attention_peers.py")
 
 
 def moe_key(r):
@@ -163,13 +160,9 @@ def t_moe(res):
                          f(col(r, "wgmma_TFLOP/s")), f(col(r, "grouped_TFLOP/s")), f(col(r, "dense_TFLOP/s")),
                          f(col(r, "%dense"), 0) + "%", f"{f(bp[0])} ({bp[1]})" if bp else "–",
                          f(col(r, "overhead_%"), 0) + "%"])
-    out = table(["mode, routing, experts, hidden, tokens", "expert GEMMs TFLOP/s (path)", "sm_90a wgmma",
-                 "cuBLAS grouped", "dense GEMM", "% of dense", "best torch peer", "router+permute+combine"],
-                out_rows)
-    out += "\n\n" + source(mine, "build/minfer bench moe --format csv")
-    if peers:
-        out += " " + source(peers, "python3 bench/moe_peers.py")
-    return out
+    return finish(["mode, routing, experts, hidden, tokens", "expert GEMMs TFLOP/s (path)", "sm_90a wgmma",
+                   "cuBLAS grouped", "dense GEMM", "% of dense", "best torch peer", "router+permute+combine"],
+                  out_rows, mine, "build/minfer bench moe --format csv", peers, "python3 bench/moe_peers.py")
 
 
 def t_model(res):
@@ -188,9 +181,9 @@ def t_model(res):
         out_rows.append([f"{k[0]} {k[1]}×{k[2]}", text(r, "attn"), f(col(r, "fwd_ms"), 2),
                          f(col(r, "dec_tok/s"), 0), f(col(r, "%roof"), 0) + "%",
                          f"{f(h[0], 2)} / {f(h[1], 0)} ({h[2]})" if h else "–"])
-    out = table(["model batch×seq", "attention", "prefill ms", "decode tokens/s", "% of roofline",
-                 "HF prefill ms / decode tokens/s"], out_rows)
-    return out + "\n\n" + source(mine, "build/minfer bench model --synthetic CFG --attn ATTN --format csv")
+    return finish(["model batch×seq", "attention", "prefill ms", "decode tokens/s", "% of roofline",
+                   "HF prefill ms / decode tokens/s"], out_rows, mine,
+                  "build/minfer bench model --synthetic CFG --attn ATTN --format csv")
 
 
 NCU_METRICS = (("DRAM %", ("DRAM Throughput",)), ("occupancy %", ("Achieved Occupancy",)),
@@ -224,8 +217,8 @@ def t_ncu(res):
                 else:
                     d[label] = max(d.get(label, v), v)
     out_rows = [[c, k] + [f(per[(c, k)].get(lab)) for lab, _ in NCU_METRICS] for c, k in sorted(per)]
-    out = table(["case", "kernel"] + [lab for lab, _ in NCU_METRICS], out_rows)
-    return out + "\n\n" + source(rows, "ncu --clock-control none (scripts/gpu-bench.sh)")
+    return finish(["case", "kernel"] + [lab for lab, _ in NCU_METRICS], out_rows, rows,
+                  "ncu --clock-control none (scripts/gpu-bench.sh)")
 
 
 TABLES = {"softmax": t_softmax, "attention": t_attention, "decode": t_decode, "moe": t_moe, "model": t_model,
