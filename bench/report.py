@@ -80,8 +80,8 @@ def t_softmax(res):
         t = tri.get(k)
         rows.append([f"{k[0]}×{k[1]}×{k[2]}×{k[3]} {k[4]}", f"{f(col(r, 'p50_us'))} µs ({r.get('kernel', '')})",
                      f(col(r, "%copy"), 0) + "%", f(t) + " µs" if t else "–", ratio(t, col(r, "p50_us"))])
-    return finish(["shape b×h×q×k, mask", "minfer p50", "% of copy", "our Triton kernel p50", "minfer speed / Triton"],
-                  rows, mine, "build/minfer bench softmax --csv", peers, "python3 bench/softmax_peers.py")
+    return finish(["shape b×h×q×k, mask", "minfer p50", "% of copy", "our Triton kernel p50",
+                   "minfer speed / Triton"], rows, mine, "build/minfer bench softmax --csv", peers, "python3 bench/softmax_peers.py")
 
 
 def shape_key(r):
@@ -128,8 +128,8 @@ def t_decode(res):
     out_rows = []
     for r in sorted(mine, key=lambda r: (col(r, "batch") or 0, r["_k"] or 0)):
         k = (int(col(r, "batch") or 0), int(r["_k"] or 0))
-        out_rows.append([f"{k[0]} × {k[1]}", f(r["_gbps"]), f(col(r, "%copy"), 0) + "%", text(r, "splits", default="–"),
-                         f(fl.get(k)), ratio(r["_gbps"], fl.get(k))])
+        out_rows.append([f"{k[0]} × {k[1]}", f(r["_gbps"]), f(col(r, "%copy"), 0) + "%",
+                         text(r, "splits", default="–"), f(fl.get(k)), ratio(r["_gbps"], fl.get(k))])
     return finish(["batch × context", "minfer GB/s", "% of copy", "splits", "SDPA flash GB/s", "minfer / flash"],
                   out_rows, mine, "build/minfer bench attention --cases decode --format csv", peers,
                   "python3 bench/attention_peers.py")
