@@ -81,7 +81,8 @@ def t_softmax(res):
         rows.append([f"{k[0]}×{k[1]}×{k[2]}×{k[3]} {k[4]}", f"{f(col(r, 'p50_us'))} µs ({r.get('kernel', '')})",
                      f(col(r, "%copy"), 0) + "%", f(t) + " µs" if t else "–", ratio(t, col(r, "p50_us"))])
     return finish(["shape b×h×q×k, mask", "minfer p50", "% of copy", "our Triton kernel p50",
-                   "minfer speed / Triton"], rows, mine, "build/minfer bench softmax --csv", peers, "python3 bench/softmax_peers.py")
+                   "minfer speed / Triton"], rows, mine, "build/minfer bench softmax --csv", peers,
+                  "python3 bench/softmax_peers.py")
 
 
 def shape_key(r):
