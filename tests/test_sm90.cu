@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/sm90.cuh"
+#include "minfer/tensor.h"
 
 namespace {
 
@@ -138,17 +139,8 @@ float draw(bool prob) {
     return prob ? (float)(r % 16) / 16.0f : (float)(r % 32 - 16) / 8.0f;
 }
 
-uint16_t to16(float x, bool bf) {
-    if (bf) {
-        uint32_t u;
-        memcpy(&u, &x, 4);
-        return (uint16_t)(u >> 16); // exact: the values need at most 8 significant bits
-    }
-    const __half h = __float2half_rn(x);
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
-}
+// The library's round-to-nearest-even conversions (exact for these values).
+uint16_t to16(float x, bool bf) { return bf ? mf_f32_to_bf16(x) : mf_f32_to_f16(x); }
 
 bool cuda_ok(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return true;

@@ -251,26 +251,24 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const at_opts
     }
     if (st == MF_OK) st = mf_bench_sample(timer, run_attn, &s, o->warmup, o->iters, samples);
     if (st == MF_OK) st = mf_backend_sync(be); // device-side length errors surface here
+    mf_bench_stats ss = {0};
+    if (st == MF_OK) ss = mf_bench_stats_of(samples, o->iters);
     const char *path = "";
     double t_wgmma = NAN;
 #ifdef MF_HAVE_CUDA
     if (st == MF_OK && dev == MF_DEVICE_CUDA) {
         path = mf_cuda_attn_last_path(be);
-        if (!c->decode && mf_cuda_attn_sm90(be, NULL)) {
-            double *alt = calloc((size_t)o->iters, sizeof *alt);
-            if (!alt) st = mf_fail(MF_ERR_OOM, "bench: out of host memory");
+        if (!c->decode && mf_cuda_attn_sm90(be, NULL)) { // the same data again, samples reused
             setenv("MINFER_ATTN", "wgmma", 1);
-            if (st == MF_OK) st = mf_bench_sample(timer, run_attn, &s, o->warmup, o->iters, alt);
+            st = mf_bench_sample(timer, run_attn, &s, o->warmup, o->iters, samples);
             if (st == MF_OK) st = mf_backend_sync(be);
             if (st == MF_OK && strcmp(mf_cuda_attn_last_path(be), "wgmma") == 0)
-                t_wgmma = mf_bench_stats_of(alt, o->iters).p50;
+                t_wgmma = mf_bench_stats_of(samples, o->iters).p50;
             unsetenv("MINFER_ATTN");
-            free(alt);
         }
     }
 #endif
     if (st == MF_OK) {
-        const mf_bench_stats ss = mf_bench_stats_of(samples, o->iters);
         const double flop = 4.0 * (double)(c->batch * c->heads) * (double)c->q_len * (double)c->k_len *
                             (double)c->d * (c->causal ? 0.5 : 1.0);
         const double kv_bytes = 2.0 * (double)nkv * (double)es;
