@@ -31,6 +31,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "cpu/cpu.h"
+#include "cpu/vmath.h"
 
 // Keys per block: 128 keeps the S tile (M x BN floats) in L2 for prefill
 // tiles (M ~ 128); decode tiles (M = grp <= 32 rows) take 512 so that each
@@ -66,22 +67,6 @@ typedef struct {
     float scale;
 } att_geom;
 
-// n elements of buffer src (dtype dt) from element off, widened to f32.
-static void widen(const void *src, mf_dtype dt, int64_t off, int64_t n, float *dst) {
-    if (dt == MF_DTYPE_F32) {
-        memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float));
-    } else if (dt == MF_DTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t i = 0; i < n; i++) {
-            const uint32_t u = (uint32_t)s[i] << 16;
-            memcpy(&dst[i], &u, 4);
-        }
-    } else {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = mf_f16_to_f32(s[i]);
-    }
-}
-
 // Element offset of query row (b, i) in q (or o) from the per-sequence row index.
 static inline int64_t row_off(const att_geom *G, const att_seq *s, int64_t b, int64_t i, int64_t rs, int64_t bs) {
     if (G->fixed) return b * bs + i * rs;
@@ -104,44 +89,15 @@ typedef struct {
     float *q, *o, *s, *k, *v, *m, *l;
 } att_scratch;
 
-// s[c] = exp(s[c] - m) for s[c] <= m (masked: -inf -> 0), in a form the
-// compiler vectorises (libm's expf is one call per score): 2^n * p(r) with
-// n = round(x log2 e), r = x - n ln 2 (Cody-Waite, two-part ln 2), p the
-// degree-7 Taylor polynomial (|r| <= 0.35: truncation < 6e-9 relative), so
-// within ~3 ulp of exp; x < -86 gives 0 (keeps 2^n p normal; such weights
-// are < 5e-38 of the row max). A NaN score also gives 0: NaN in visible q
-// or k is not propagated by the CPU twin.
-static void exp_row(float *s, int64_t n, float m) {
-    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f, magic = 12582912.0f;
-    int32_t lo_bits, magic_bits;
-    const float lo = -86.0f;
-    memcpy(&lo_bits, &lo, 4);
-    memcpy(&magic_bits, &magic, 4);
+// s[c] = exp(s[c] - m) for s[c] <= m (masked: -inf -> 0) with the
+// vectorising exp of src/cpu/vmath.h (libm's expf is one call per score).
+// A NaN score gives 0: NaN in visible q or k is not propagated by the CPU
+// twin.
+MF_CPU_HOT static void exp_row(float *s, int64_t n, float m) {
 #pragma omp simd
     for (int64_t c = 0; c < n; c++) {
-        // Branch-free selects (bit masks) so that the loop vectorises.
-        const float x0 = s[c] - m;
-        const int32_t keep = -(int32_t)(x0 >= lo); // all ones when x0 >= -86
-        int32_t xb;
-        memcpy(&xb, &x0, 4);
-        xb = (xb & keep) | (lo_bits & ~keep);
-        float x;
-        memcpy(&x, &xb, 4);
-        const float t = x * log2e + magic, nf = t - magic;
-        const float r = (x - nf * ln2_hi) - nf * ln2_lo;
-        float p = 1.0f / 5040.0f;
-        p = p * r + 1.0f / 720.0f;
-        p = p * r + 1.0f / 120.0f;
-        p = p * r + 1.0f / 24.0f;
-        p = p * r + 1.0f / 6.0f;
-        p = p * r + 0.5f;
-        p = p * r + 1.0f;
-        p = p * r + 1.0f;
-        int32_t pb, tb;
-        memcpy(&pb, &p, 4);
-        memcpy(&tb, &t, 4);
-        pb = (pb + (tb - magic_bits) * (1 << 23)) & keep; // times 2^n (n in [-125, 0]); 0 below -86
-        memcpy(&s[c], &pb, 4);
+        const float e = mf_exp_nonpos(s[c] - m);
+        s[c] = mf_sel(mf_mask((mf_fbits(e) & 0x7fffffffu) > 0x7f800000u), 0.0f, e);
     }
 }
 
@@ -154,7 +110,7 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
 
     for (int64_t ii = 0; ii < ni; ii++) {
         const int64_t qo = row_off(G, s, b, i0 + ii, G->q_rs, G->q_bs) + g * grp * G->q_hs;
-        for (int64_t hh = 0; hh < grp; hh++) widen(p->q.data, dt, qo + hh * G->q_hs, D, w->q + (ii * grp + hh) * D);
+        for (int64_t hh = 0; hh < grp; hh++) mf_cpu_to_f32(w->q + (ii * grp + hh) * D, p->q.data, dt, qo + hh * G->q_hs, D);
     }
     memset(w->o, 0, (size_t)(M * D) * sizeof(float));
     for (int64_t r = 0; r < M; r++) w->m[r] = -INFINITY, w->l[r] = 0.0f;
@@ -175,12 +131,12 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
         if (kdirect) {
             kb = (const float *)p->k.data + ko, ldk = G->k_rs;
         } else {
-            for (int64_t j = 0; j < nb; j++) widen(p->k.data, dt, ko + j * G->k_rs, D, w->k + j * D);
+            for (int64_t j = 0; j < nb; j++) mf_cpu_to_f32(w->k + j * D, p->k.data, dt, ko + j * G->k_rs, D);
         }
         if (vdirect) {
             vb = (const float *)p->v.data + vo, ldv = G->v_rs;
         } else {
-            for (int64_t j = 0; j < nb; j++) widen(p->v.data, dt, vo + j * G->v_rs, D, w->v + j * D);
+            for (int64_t j = 0; j < nb; j++) mf_cpu_to_f32(w->v + j * D, p->v.data, dt, vo + j * G->v_rs, D);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)nb, (blasint)D, G->scale, w->q,
                     (blasint)D, kb, (blasint)ldk, 0.0f, w->s, (blasint)BN);
@@ -189,19 +145,16 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
             int64_t lo, hi;
             visible(p, s->q_len, s->k_len, i0 + r / grp, &lo, &hi);
             const int64_t c0 = lo - j0, c1 = hi - j0; // visible columns [c0, c1) of this block
-            float mx = -INFINITY;
-            for (int64_t c = 0; c < nb; c++) {
-                if (c < c0 || c >= c1) sr[c] = -INFINITY;
-                else if (sr[c] > mx) mx = sr[c];
-            }
+            for (int64_t c = 0; c < nb && c < c0; c++) sr[c] = -INFINITY;
+            for (int64_t c = c1 > 0 ? c1 : 0; c < nb; c++) sr[c] = -INFINITY;
+            const float mx = mf_row_max(sr, nb);
             const float mnew = mx > w->m[r] ? mx : w->m[r];
             if (mnew == -INFINITY) { // nothing visible yet: P row 0
                 memset(sr, 0, (size_t)nb * sizeof(float));
                 continue;
             }
             exp_row(sr, nb, mnew);
-            float sum = 0.0f;
-            for (int64_t c = 0; c < nb; c++) sum += sr[c];
+            const float sum = mf_row_sum(sr, nb);
             if (mnew != w->m[r]) {
                 const float a = expf(w->m[r] - mnew); // 0 when m was -inf
                 float *orow = w->o + r * D;
@@ -222,7 +175,9 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
         for (int64_t hh = 0; hh < grp; hh++) {
             const int64_t r = ii * grp + hh;
             const float L = w->l[r], inv = L > 0.0f ? 1.0f / L : 0.0f;
-            for (int64_t d = 0; d < D; d++) mf_store_f32(p->o.data, dt, oo + hh * G->o_hs + d, w->o[r * D + d] * inv);
+            float *orow = w->o + r * D;
+            for (int64_t d = 0; d < D; d++) orow[d] *= inv;
+            mf_cpu_from_f32(p->o.data, dt, oo + hh * G->o_hs, orow, D);
             if (lse) lse[lrow * G->H + g * grp + hh] = L > 0.0f ? w->m[r] + logf(L) : -INFINITY;
         }
     }

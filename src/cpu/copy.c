@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cpu/vmath.h"
 #include "ops/copy_geom.h"
 
 void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n) {
@@ -22,6 +23,24 @@ void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_
     }
     default:
         for (int64_t j = 0; j < n; j++) dst[j] = mf_load_f32(src, dt, off + j);
+        break;
+    }
+}
+
+void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n) {
+    switch (dt) {
+    case MF_DTYPE_F32: memcpy((float *)dst + off, src, (size_t)n * sizeof(float)); break;
+    case MF_DTYPE_BF16: { // round to nearest even; NaN stays a (quiet) NaN
+        uint16_t *d = (uint16_t *)dst + off;
+        for (int64_t j = 0; j < n; j++) {
+            const uint32_t b = mf_fbits(src[j]), nan = mf_mask((b & 0x7fffffffu) > 0x7f800000u);
+            const uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+            d[j] = (uint16_t)((((b >> 16) | 0x40u) & nan) | (r & ~nan));
+        }
+        break;
+    }
+    default:
+        for (int64_t j = 0; j < n; j++) mf_store_f32(dst, dt, off + j, src[j]);
         break;
     }
 }
@@ -55,6 +74,13 @@ mf_status mf_cpu_copy(mf_backend *be, const mf_copy_args *p) {
             memcpy(d + doff * es, s + so * es, (size_t)(inner * es));
         } else if (same) {
             for (int64_t j = 0; j < inner; j++) memcpy(d + (doff + j * d_step) * es, s + (so + j * s_step) * es, (size_t)es);
+        } else if (s_step == 1 && d_step == 1) { // a cast of contiguous rows, through f32 in L1-sized blocks
+            float buf[256];
+            for (int64_t j0 = 0; j0 < inner; j0 += 256) {
+                const int64_t n = inner - j0 < 256 ? inner - j0 : 256;
+                mf_cpu_to_f32(buf, s, st, so + j0, n);
+                mf_cpu_from_f32(d, dt, doff + j0, buf, n);
+            }
         } else {
             for (int64_t j = 0; j < inner; j++) mf_store_f32(d, dt, doff + j * d_step, mf_load_f32(s, st, so + j * s_step));
         }

@@ -25,8 +25,11 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *args); // at
 mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *args);   // kv_write.c
 
 // dst[0 .. n) = elements [off, off + n) of a contiguous f32 / f16 / bf16 run
-// as f32 (exact). copy.c; the row loaders of softmax.c and topk.c.
+// as f32 (exact). copy.c; the row loaders of the ops.
 void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n);
+// Elements [off, off + n) of a contiguous f32 / f16 / bf16 run = src[0 .. n),
+// rounded to nearest even (NaN stays NaN). copy.c.
+void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n);
 
 #ifdef __cplusplus
 }

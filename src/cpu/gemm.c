@@ -1,27 +1,32 @@
 // CPU GEMM: OpenBLAS sgemm per batch; f16/bf16 operands are widened to f32
-// first (the CPU computes in f32), then bias and GELU in one pass over c.
+// first (the CPU computes in f32), then bias and GELU in one pass over c
+// (GELU: mf_act's tanh form x sigmoid(2u), vectorised: src/cpu/vmath.h).
 #include <cblas.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "cpu/cpu.h"
+#include "cpu/vmath.h"
 #include "ops/check.h"
-
-static inline float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; // sqrt(2/pi)
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
 
 // Widen matrix `bt` of view t (rows, cols, with layout l) to packed row-major f32.
 static void widen(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, int64_t rows, int64_t cols, float *dst) {
     const char *base = (const char *)t->data + bt * l->batch_stride * (int64_t)mf_dtype_size(t->dtype);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            int64_t off = l->col_major ? c * l->ld + r : r * l->ld + c;
-            dst[r * cols + c] = mf_load_f32(base, t->dtype, off);
-        }
+    if (!l->col_major) {
+        for (int64_t r = 0; r < rows; r++) mf_cpu_to_f32(dst + r * cols, base, t->dtype, r * l->ld, cols);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++) // column-major: column c is contiguous
+        for (int64_t r = 0; r < rows; r++) dst[r * cols + c] = mf_load_f32(base, t->dtype, c * l->ld + r);
+}
+
+// row[0..n) = gelu?(row + bias).
+MF_CPU_HOT static void epilogue_row(float *row, const float *bias, bool gelu, int64_t n) {
+    if (bias)
+        for (int64_t j = 0; j < n; j++) row[j] += bias[j];
+    if (gelu)
+        for (int64_t j = 0; j < n; j++) row[j] = mf_gelu_tanh_v(row[j]);
 }
 
 mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
@@ -116,16 +121,17 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         if (!need) continue;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < m; i++) {
-            for (int64_t j = 0; j < n; j++) {
-                float v = out[i * ldo + j];
-                if (!c_f32 && p->beta != 0.0f) v += p->beta * mf_load_f32(C, p->c.dtype, i * ldc + j);
-                if (bias) v += bias[j];
-                if (p->epilogue == MF_EPILOGUE_GELU) v = gelu_tanh(v);
-                if (c_f32)
-                    out[i * ldo + j] = v;
-                else
-                    mf_store_f32(C, p->c.dtype, i * ldc + j, v);
+            float *row = out + i * ldo;
+            if (!c_f32 && p->beta != 0.0f) {
+                float cb[256];
+                for (int64_t j0 = 0; j0 < n; j0 += 256) {
+                    const int64_t nb = n - j0 < 256 ? n - j0 : 256;
+                    mf_cpu_to_f32(cb, C, p->c.dtype, i * ldc + j0, nb);
+                    for (int64_t j = 0; j < nb; j++) row[j0 + j] += p->beta * cb[j];
+                }
             }
+            epilogue_row(row, bias, p->epilogue == MF_EPILOGUE_GELU, n);
+            if (!c_f32) mf_cpu_from_f32(C, p->c.dtype, i * ldc, row, n);
         }
     }
     free(wa);

@@ -10,70 +10,10 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cpu/vmath.h"
 #include "ops/softmax_geom.h"
 
 enum { kBlk = 256 }; // columns per block: the f32 scratch (2 KB) stays in L1
-
-static inline uint32_t fbits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-static inline float bitsf(uint32_t u) {
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-// m ? a : b for a mask m of all ones or zeros. Bitwise, so that GCC
-// vectorises it (it will not if-convert float selects under -ftrapping-math).
-static inline float sel(uint32_t m, float a, float b) { return bitsf((fbits(a) & m) | (fbits(b) & ~m)); }
-static inline uint32_t mask_of(int c) { return 0u - (uint32_t)c; }
-
-// e^x for x <= 0, in f32, about 1 ulp, branch-free so that loops over it
-// vectorise: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a
-// degree-7 Taylor polynomial (remainder < 6e-9 relative); the integer n comes
-// from the round-to-nearest "magic number" trick (no float-to-int conversion).
-// Results below 2^-126 (x < -87.33) flush to 0; NaN stays NaN. The range
-// tests look at the bits: x < -87.33 is "bits > those of -87.33" among
-// negative floats, and a positive x (never passed) is treated as 0.
-static inline float exp_nonpos(float x) {
-    const uint32_t ux = fbits(x);
-    const uint32_t below = mask_of(ux > 0xC2AEA8F6u); // -87.33f
-    const uint32_t pos = mask_of(ux < 0x80000000u), nan = mask_of((ux & 0x7fffffffu) > 0x7f800000u);
-    const float xc = sel(below, -87.33f, sel(pos, 0.0f, x));
-    const float magic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer in the low bits
-    const float k = xc * 1.44269504f + magic;
-    const float n = k - magic;
-    float r = xc - n * 0.693145752f; // ln2 split: hi has 15 significant bits, n * hi is exact
-    r = r - n * 1.42860677e-6f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const float e = p * bitsf((fbits(k) - 0x4B400000u + 127u) << 23); // p * 2^n, n in [-126, 0]
-    return sel(nan, x, sel(below, 0.0f, e));
-}
-
-static void store_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n) {
-    if (dt == MF_DTYPE_F32) {
-        memcpy((float *)dst + off, src, (size_t)n * sizeof(float));
-        return;
-    }
-    if (dt == MF_DTYPE_BF16) { // round to nearest even; NaN stays a (quiet) NaN
-        uint16_t *d = (uint16_t *)dst + off;
-        for (int64_t j = 0; j < n; j++) {
-            const uint32_t b = fbits(src[j]), nan = mask_of((b & 0x7fffffffu) > 0x7f800000u);
-            const uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-            d[j] = (uint16_t)((((b >> 16) | 0x40u) & nan) | (r & ~nan));
-        }
-        return;
-    }
-    for (int64_t j = 0; j < n; j++) mf_store_f32(dst, dt, off + j, src[j]);
-}
 
 static void store_zeros(void *dst, mf_dtype dt, int64_t off, int64_t n) {
     if (n > 0) memset((char *)dst + off * (int64_t)mf_dtype_size(dt), 0, (size_t)n * mf_dtype_size(dt));
@@ -101,27 +41,19 @@ static void row_logits(const row_ctx *rc, int64_t j0, int64_t n, float *u, float
     }
 }
 
-// Largest non-NaN value of u[0..n) (-inf if none): eight lanes, so it vectorises.
-static float block_max(const float *u, int64_t n) {
-    float m[8];
-    for (int l = 0; l < 8; l++) m[l] = -INFINITY;
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) m[l] = u[j + l] > m[l] ? u[j + l] : m[l];
-    for (; j < n; j++) m[0] = u[j] > m[0] ? u[j] : m[0];
-    float r = m[0];
-    for (int l = 1; l < 8; l++) r = m[l] > r ? m[l] : r;
-    return r;
-}
-
 // sum of exp(u - m) over u[0..n): eight partial sums, so it vectorises.
-static float block_expsum(const float *u, int64_t n, float m) {
+MF_CPU_HOT static float block_expsum(const float *u, int64_t n, float m) {
     float s[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) s[l] += exp_nonpos(u[j + l] - m);
-    for (; j < n; j++) s[0] += exp_nonpos(u[j] - m);
+        for (int l = 0; l < 8; l++) s[l] += mf_exp_nonpos(u[j + l] - m);
+    for (; j < n; j++) s[0] += mf_exp_nonpos(u[j] - m);
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// u[0..n) = exp(u - m) * inv.
+MF_CPU_HOT static void exp_scale(float *u, int64_t n, float m, float inv) {
+    for (int64_t j = 0; j < n; j++) u[j] = mf_exp_nonpos(u[j] - m) * inv;
 }
 
 static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int64_t r) {
@@ -148,9 +80,9 @@ static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int6
     for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
         const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
         row_logits(&rc, j0, n, u, tmp);
-        const float bm = block_max(u, n);
+        const float bm = mf_row_max(u, n);
         if (bm > m) {
-            if (s != 0.0f) s *= exp_nonpos((m == -INFINITY ? 0.0f : m) - bm);
+            if (s != 0.0f) s *= mf_exp_nonpos((m == -INFINITY ? 0.0f : m) - bm);
             m = bm;
         }
         s += block_expsum(u, n, m == -INFINITY ? 0.0f : m);
@@ -161,8 +93,8 @@ static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int6
     for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
         const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
         row_logits(&rc, j0, n, u, tmp);
-        for (int64_t j = 0; j < n; j++) u[j] = exp_nonpos(u[j] - me) * inv;
-        store_f32(p->y.data, p->y.dtype, rc.yo + j0, u, n);
+        exp_scale(u, n, me, inv);
+        mf_cpu_from_f32(p->y.data, p->y.dtype, rc.yo + j0, u, n);
     }
     store_zeros(p->y.data, p->y.dtype, rc.yo + lim, cols - lim);
 }

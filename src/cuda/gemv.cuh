@@ -4,13 +4,12 @@
 #define MF_CUDA_GEMV_CUH
 
 #include "cuda/common.cuh"
+#include "ops/act_math.h"
 
-// tanh-approximate GELU in f32 (GPT-2's gelu_new, as the CPU computes it);
-// shared by the GEMM epilogue kernel and the gemv kernels.
-__device__ __forceinline__ float mf_gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; // sqrt(2/pi)
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
+// tanh-approximate GELU in f32 (GPT-2's gelu_new) with mf_act's formula,
+// x sigmoid(2u), as the CPU computes it; shared by the GEMM epilogue kernel
+// and the gemv kernels.
+__device__ __forceinline__ float mf_gelu_tanh(float x) { return mf_act_apply(MF_ACT_GELU_TANH, x); }
 
 constexpr int kMfGemvMaxRows = 8; // m above this goes to cuBLASLt
 
