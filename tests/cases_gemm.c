@@ -382,4 +382,22 @@ void th_cases_gemm(th_list *l) {
         p = base, p.batch = 2, p.bcast = BC_B0; // batched
         add_gemm(l, &p);
     }
+
+    // 7. f32 decode-shaped Linear layers (m = 2..8 rows times a torch weight,
+    //    an f32 model's decode at batch <= 8): every row count, k with and
+    //    without a tail under 8, n = 1 and n over several 64-column blocks,
+    //    padded a / W / c rows, beta != 0 (c read) and beta == 0 on a NaN c,
+    //    bias, GELU, negative alpha; then batched with one shared weight.
+    static const int64_t sk[][3] = {{2, 130, 64}, {3, 65, 771}, {4, 200, 8}, {5, 64, 129},
+                                    {6, 1, 16},   {7, 333, 40}, {8, 129, 257}};
+    for (size_t s = 0; s < sizeof sk / sizeof sk[0]; s++) {
+        gemm_p p = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .m = sk[s][0], .n = sk[s][1], .k = sk[s][2],
+                    .tb = true, .pad_a = s % 2 ? 3 : 0, .pad_b = s % 3 ? 5 : 0, .pad_c = s % 2 ? 0 : 2,
+                    .bias = s % 2 == 0, .act = s % 3 == 1 ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE,
+                    .alpha = s % 2 ? -1.5f : 1.0f, .beta = s % 3 == 2 ? 0.5f : 0.0f};
+        add_gemm(l, &p);
+    }
+    gemm_p pb = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .batch = 3, .bcast = BC_B0, .m = 4, .n = 70, .k = 65,
+                 .tb = true, .bias = true, .alpha = 1.0f, .beta = 0.0f};
+    add_gemm(l, &pb);
 }
