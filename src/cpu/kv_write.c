@@ -6,25 +6,36 @@
 // written. One token per OpenMP iteration.
 #include <math.h>
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "cpu/cpu.h"
 
-// Row (n, h) of src (3-D) rotated (cs: half cos/sin pairs, NULL: none) into
-// row dst_off of dst, through the f32 row buf (D floats).
+enum { kChunk = 64 }; // f32 staging on the stack: pairs and plain dims in chunks
+
+// Row (n, h) of src (3-D) rotated (cs: half cos/sin pairs; half = 0: none)
+// into row d_off of dst. A chunk of pairs is read whole before it is
+// written, so dst may be src's row (q in place).
 static void rot_row(const mf_tensor *src, int64_t s_off, void *dst, mf_dtype dt, int64_t d_off, int64_t D,
-                    int64_t half, const float *cs, float *buf) {
-    mf_cpu_to_f32(buf, src->data, src->dtype, s_off, D);
-    for (int64_t i = 0; i < half; i++) {
-        const float c = cs[2 * i], s = cs[2 * i + 1], x0 = buf[i], x1 = buf[i + half];
-        buf[i] = x0 * c - x1 * s;
-        buf[i + half] = x1 * c + x0 * s;
+                    int64_t half, const float *cs) {
+    float x0[kChunk], x1[kChunk];
+    for (int64_t i0 = 0; i0 < half; i0 += kChunk) {
+        const int64_t n = half - i0 < kChunk ? half - i0 : kChunk;
+        mf_cpu_to_f32(x0, src->data, src->dtype, s_off + i0, n);
+        mf_cpu_to_f32(x1, src->data, src->dtype, s_off + half + i0, n);
+        for (int64_t i = 0; i < n; i++) {
+            const float c = cs[2 * (i0 + i)], s = cs[2 * (i0 + i) + 1], a = x0[i], b = x1[i];
+            x0[i] = a * c - b * s;
+            x1[i] = b * c + a * s;
+        }
+        mf_cpu_from_f32(dst, dt, d_off + i0, x0, n);
+        mf_cpu_from_f32(dst, dt, d_off + half + i0, x1, n);
     }
-    mf_cpu_from_f32(dst, dt, d_off, buf, D);
+    for (int64_t d0 = 2 * half; d0 < D; d0 += kChunk) {
+        const int64_t n = D - d0 < kChunk ? D - d0 : kChunk;
+        mf_cpu_to_f32(x0, src->data, src->dtype, s_off + d0, n);
+        mf_cpu_from_f32(dst, dt, d_off + d0, x0, n);
+    }
 }
 
 mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *p) {
@@ -41,25 +52,17 @@ mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *p) {
                            (long long)t, pos[t], (long long)max_len);
     }
     const int64_t half = p->inv_freq ? p->inv_freq->shape[0] : 0;
-    int nthreads = 1;
-#ifdef _OPENMP
-    nthreads = omp_get_max_threads();
-#endif
-    // n cos/sin tables (half pairs each), then one f32 row (D) per thread.
-    float *cs_all = mf_malloc((size_t)(n * half * 2 + (int64_t)nthreads * D) * sizeof(float));
-    if (!cs_all)
-        return mf_fail(MF_ERR_OOM, "kv_write: out of host memory for %lld cos/sin pairs and %d rows of %lld",
-                       (long long)(n * half), nthreads, (long long)D);
-    float *bufs = cs_all + n * half * 2;
+    float *cs_all = NULL;
+    if (half) {
+        cs_all = mf_malloc((size_t)(n * half * 2) * sizeof(float));
+        if (!cs_all)
+            return mf_fail(MF_ERR_OOM, "kv_write: out of host memory for %lld cos/sin pairs", (long long)(n * half));
+    }
     const float *inv = half ? p->inv_freq->data : NULL;
     const mf_tensor *kc = &p->k_cache, *vc = &p->v_cache, *q = p->q;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; t++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        float *cs = half ? cs_all + t * half * 2 : NULL, *buf = bufs + (int64_t)tid * D;
+        float *cs = half ? cs_all + t * half * 2 : NULL;
         for (int64_t i = 0; i < half; i++) {
             const float angle = (float)pos[t] * inv[i];
             cs[2 * i] = cosf(angle), cs[2 * i + 1] = sinf(angle);
@@ -68,14 +71,14 @@ mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *p) {
         const int64_t vbase = (int64_t)slot[t] * vc->stride[0] + (int64_t)pos[t] * vc->stride[1];
         for (int64_t h = 0; h < KVH; h++) {
             rot_row(&p->k, t * p->k.stride[0] + h * p->k.stride[1], kc->data, kc->dtype, cbase + h * kc->stride[2], D,
-                    half, cs, buf);
+                    half, cs);
             rot_row(&p->v, t * p->v.stride[0] + h * p->v.stride[1], vc->data, vc->dtype, vbase + h * vc->stride[2], D,
-                    0, NULL, buf);
+                    0, NULL);
         }
-        if (q) // in place: the row is read whole before it is written
+        if (q) // in place
             for (int64_t h = 0; h < q->shape[1]; h++) {
                 const int64_t o = t * q->stride[0] + h * q->stride[1];
-                rot_row(q, o, q->data, q->dtype, o, 2 * half, half, cs, buf);
+                rot_row(q, o, q->data, q->dtype, o, 2 * half, half, cs);
             }
     }
     free(cs_all);
