@@ -217,6 +217,42 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
     return TH_FAIL;
 }
 
+// Every f16 / bf16 bit pattern through the GEMM, exactly: b holds pattern j
+// in column j at row `pos` (0: a vector lane; 8: the scalar tail of k = 9)
+// and zeros elsewhere; a is the unit row e_pos; so c (f32) must be pattern j
+// widened, bit for bit (NaN: any NaN; -0 comes out +0 as 0 + -0 does). b is
+// a Linear weight (n, k) or row-major (k, n); n = 65541 also runs the last
+// columns through the row-major loop's column tail.
+typedef struct {
+    mf_dtype dt;
+    bool linear;
+    int64_t pos;
+} widen_p;
+
+static th_result run_gemm_widen(th_ctx *ctx, const void *params) {
+    const widen_p *p = params;
+    const int64_t n = 65541, k = 9;
+    mf_gemm_args args = {.alpha = 1.0f, .beta = 0.0f};
+    const int64_t ashape[2] = {1, k};
+    th_buf *ba = th_tensor(ctx, p->dt, 2, ashape, NULL, &args.a);
+    for (int64_t q = 0; q < k; q++) th_set(ba, q, q == p->pos ? 1.0 : 0.0);
+    const int64_t bshape[2] = {p->linear ? n : k, p->linear ? k : n};
+    th_buf *bb = th_tensor(ctx, p->dt, 2, bshape, NULL, &args.b);
+    if (p->linear) mf_tensor_transpose(&args.b, 0, 1);
+    uint16_t *h = (uint16_t *)bb->host;
+    memset(h, 0, bb->bytes);
+    double *ref = th_scratch(ctx, (size_t)n * sizeof(double)), *bound = th_scratch(ctx, (size_t)n * sizeof(double));
+    for (int64_t j = 0; j < n; j++) {
+        const uint16_t v = (uint16_t)(j & 0xffff);
+        h[p->linear ? j * k + p->pos : p->pos * n + j] = v;
+        ref[j] = p->dt == MF_DTYPE_F16 ? (double)mf_f16_to_f32(v) : (double)mf_bf16_to_f32(v);
+    }
+    const int64_t cshape[2] = {1, n};
+    th_buf *bc = th_tensor(ctx, MF_DTYPE_F32, 2, cshape, NULL, &args.c);
+    TH_CALL(ctx, mf_gemm(ctx->be, &args));
+    return th_check(ctx, bc, &args.c, ref, bound, "c") ? TH_PASS : TH_FAIL;
+}
+
 static void add_gemm(th_list *l, const gemm_p *p) {
     char batch[48] = "";
     if (p->batch) snprintf(batch, sizeof batch, ",batch=%lld,bcast=%s", (long long)p->batch, bcast_names[p->bcast]);
@@ -383,21 +419,38 @@ void th_cases_gemm(th_list *l) {
         add_gemm(l, &p);
     }
 
-    // 7. f32 decode-shaped Linear layers (m = 2..8 rows times a torch weight,
-    //    an f32 model's decode at batch <= 8): every row count, k with and
-    //    without a tail under 8, n = 1 and n over several 64-column blocks,
-    //    padded a / W / c rows, beta != 0 (c read) and beta == 0 on a NaN c,
-    //    bias, GELU, negative alpha; then batched with one shared weight.
-    static const int64_t sk[][3] = {{2, 130, 64}, {3, 65, 771}, {4, 200, 8}, {5, 64, 129},
-                                    {6, 1, 16},   {7, 333, 40}, {8, 129, 257}};
-    for (size_t s = 0; s < sizeof sk / sizeof sk[0]; s++) {
-        gemm_p p = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .m = sk[s][0], .n = sk[s][1], .k = sk[s][2],
-                    .tb = true, .pad_a = s % 2 ? 3 : 0, .pad_b = s % 3 ? 5 : 0, .pad_c = s % 2 ? 0 : 2,
-                    .bias = s % 2 == 0, .act = s % 3 == 1 ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE,
-                    .alpha = s % 2 ? -1.5f : 1.0f, .beta = s % 3 == 2 ? 0.5f : 0.0f};
-        add_gemm(l, &p);
-    }
-    gemm_p pb = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .batch = 3, .bcast = BC_B0, .m = 4, .n = 70, .k = 65,
-                 .tb = true, .bias = true, .alpha = 1.0f, .beta = 0.0f};
-    add_gemm(l, &pb);
+    // 7. Decode-shaped layers (m = 1..8 rows: the CPU's skinny loops), b a
+    //    torch weight (transposed view) or row-major (GPT-2's Conv1D), every
+    //    dtype pair: every row count, k with and without a tail under 8, n = 1,
+    //    n with a column tail and n over several 512-column tasks, padded
+    //    a / b / c rows, a column-major a, beta != 0 (c read) and beta == 0 on
+    //    a NaN c, bias, GELU, negative alpha; then batched with one shared weight.
+    static const int64_t sk[][3] = {{2, 130, 64}, {3, 65, 771}, {4, 200, 8}, {5, 64, 129}, {6, 1, 16},
+                                    {7, 333, 40}, {8, 129, 257}, {1, 1100, 33}, {8, 530, 19}};
+    v = 0;
+    for (int c = 0; c < N_COMBOS; c++)
+        for (int t = 0; t < 2; t++)
+            for (size_t s = 0; s < sizeof sk / sizeof sk[0]; s++, v++) {
+                gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = sk[s][0], .n = sk[s][1], .k = sk[s][2],
+                            .tb = t == 0, .ta = v % 5 == 4, .pad_a = s % 2 ? 3 : 0, .pad_b = s % 3 ? 5 : 0,
+                            .pad_c = s % 2 ? 0 : 2, .bias = s % 2 == 0,
+                            .act = s % 3 == 1 ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE, .alpha = s % 2 ? -1.5f : 1.0f,
+                            .beta = s % 3 == 2 ? 0.5f : 0.0f};
+                add_gemm(l, &p);
+            }
+    for (int c = 0; c < N_COMBOS; c += 2)
+        for (int t = 0; t < 2; t++) {
+            gemm_p pb = {.dt = combos[c][0], .ct = combos[c][1], .batch = 3, .bcast = BC_B0, .m = 4, .n = 70, .k = 65,
+                         .tb = t == 0, .bias = true, .alpha = 1.0f, .beta = 0.0f};
+            add_gemm(l, &pb);
+        }
+
+    // 8. Every f16 / bf16 value widened exactly on the decode path (above).
+    for (int d = 0; d < 2; d++)
+        for (int lin = 0; lin < 2; lin++)
+            for (int pos = 0; pos <= 8; pos += 8) {
+                const widen_p w = {.dt = d ? MF_DTYPE_BF16 : MF_DTYPE_F16, .linear = lin, .pos = pos};
+                th_add(l, run_gemm_widen, &w, sizeof w, "gemm_widen(dtype=%s,b=%s,k_index=%lld)",
+                       mf_dtype_name(w.dt), lin ? "linear" : "row_major", (long long)pos);
+            }
 }

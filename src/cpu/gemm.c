@@ -1,7 +1,9 @@
 // CPU GEMM: OpenBLAS sgemm per batch; f16/bf16 operands are widened to f32
 // first (the CPU computes in f32), then bias and GELU in one pass over c
 // (GELU: mf_act's tanh form x sigmoid(2u), vectorised: src/cpu/vmath.h).
+// Calls with m <= 8 rows (decode steps) take the skinny loops below instead.
 #include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +11,218 @@
 #include "cpu/cpu.h"
 #include "cpu/vmath.h"
 #include "ops/check.h"
+
+// ---- skinny GEMM: m <= 8 rows of a (decode steps) ------------------------------------
+// OpenBLAS's sgemm packs b on every call: at m = 2..8 it streamed a weight at
+// 4-6 GB/s on the dev VM, against sgemv's 14-18 at m = 1 (docs/notes/cpu.md).
+// These loops read b once for all m rows, in its own dtype (f16/bf16 widened
+// in registers, exactly), with 8-lane vectors: GCC/clang vector extensions,
+// AVX2 in the x86-64-v3 clone and two SSE halves in the baseline. Products
+// are added per lane in k order, then the lanes in a fixed tree, so both
+// clones give the same bits (no FP contraction under -std=c11).
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+#define SK_INLINE static inline __attribute__((always_inline))
+enum {
+    SK_ROWS = 4,  // rows of a per pass: 4 x 2 accumulator vectors fit AVX2's 16 registers
+    SK_NB = 16,   // columns of c per register tile
+    SK_KB = 8,    // row-major b: rows per panel (8 sequential streams, then the next 8)
+    SK_WB = 16,   // b a Linear weight: weight rows per task
+};
+
+// 8 elements of b at p as f32. f16: exponent and mantissa moved to the f32
+// position and scaled by 2^112 (exact for normals and subnormals alike);
+// Inf/NaN then get the all-ones exponent, and the sign goes back on.
+// (Vectors pass by pointer: by value, the baseline clone's ABI differs.)
+SK_INLINE void sk_load8(v8f *out, const char *p, mf_dtype dt) {
+    v8f f;
+    if (dt == MF_DTYPE_F32) {
+        memcpy(out, p, 32);
+        return;
+    }
+    v8h h;
+    memcpy(&h, p, 16);
+    v8u u = __builtin_convertvector(h, v8u);
+    if (dt == MF_DTYPE_BF16) {
+        u <<= 16;
+    } else {
+        const v8u o = (u & 0x7fffu) << 13;
+        memcpy(&f, &o, 32);
+        f *= 0x1p112f;
+        v8u r;
+        memcpy(&r, &f, 32);
+        const v8u special = (v8u)((o & 0x0f800000u) == 0x0f800000u); // half exponent 31
+        u = r | (special & 0x7f800000u) | ((u & 0x8000u) << 16);
+    }
+    memcpy(out, &u, 32);
+}
+
+// Element i of b at p as f32 (the tails).
+SK_INLINE float sk_load1(const char *p, mf_dtype dt, int64_t i) {
+    if (dt == MF_DTYPE_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return dt == MF_DTYPE_BF16 ? mf_bitsf((uint32_t)h << 16) : mf_f16_to_f32(h);
+}
+
+SK_INLINE float sk_hsum(const v8f *p) {
+    const v8f v = *p;
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// c = alpha acc + beta c (beta == 0: c is not read).
+SK_INLINE void sk_out(float *c, float acc, float alpha, float beta) {
+    *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+}
+
+// b a Linear weight, W (n, k) row-major: c[r][j] = a_r . W_j for M rows of a
+// and weight rows [j0, j1).
+SK_INLINE void sk_nt(const int M, const mf_dtype dt, int64_t k, const float *a, int64_t lda, const char *w,
+                     int64_t ldw, float alpha, float beta, float *c, int64_t ldc, int64_t j0, int64_t j1) {
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
+    for (int64_t j = j0; j < j1; j++) {
+        const char *wj = w + j * ldw * es;
+        v8f acc[SK_ROWS];
+        for (int r = 0; r < M; r++) acc[r] = (v8f){0};
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) {
+            v8f wv;
+            sk_load8(&wv, wj + i * es, dt);
+            for (int r = 0; r < M; r++) {
+                v8f av;
+                memcpy(&av, a + r * lda + i, 32);
+                acc[r] += av * wv;
+            }
+        }
+        for (int r = 0; r < M; r++) {
+            float s = sk_hsum(&acc[r]);
+            for (int64_t t = i; t < k; t++) s += a[r * lda + t] * sk_load1(wj, dt, t);
+            sk_out(c + r * ldc + j, s, alpha, beta);
+        }
+    }
+}
+
+// b row-major (k, n), rows [i0, i1) of a panel, columns [j, j + 16): G rows
+// of a add into their sums in c (rows r < G at c + r * ldc).
+SK_INLINE void sk_nn_tile(const int G, const mf_dtype dt, int64_t i0, int64_t i1, const float *a, int64_t lda,
+                          const char *b, int64_t ldb, float *c, int64_t ldc, int64_t j) {
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
+    v8f s[SK_ROWS][2];
+    for (int r = 0; r < G; r++) memcpy(s[r], c + r * ldc + j, 64);
+    for (int64_t i = i0; i < i1; i++) {
+        const char *bi = b + (i * ldb + j) * es;
+        v8f b0, b1;
+        sk_load8(&b0, bi, dt);
+        sk_load8(&b1, bi + 8 * es, dt);
+        for (int r = 0; r < G; r++) {
+            const float x = a[r * lda + i];
+            const v8f xv = {x, x, x, x, x, x, x, x};
+            s[r][0] += xv * b0;
+            s[r][1] += xv * b1;
+        }
+    }
+    for (int r = 0; r < G; r++) memcpy(c + r * ldc + j, s[r], 64);
+}
+
+// b row-major (k, n): adds a @ b into c's columns [j0, j1) for G1 + G2 rows
+// of a. Panels of SK_KB whole rows of the range (sequential streams: a
+// thread's range is contiguous), the sums kept in c; the second group of
+// rows finds the panel's 16 columns in L1.
+SK_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, const float *a, int64_t lda,
+                     const char *b, int64_t ldb, float *c, int64_t ldc, int64_t j0, int64_t j1) {
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2, w = j1 - j0, wv = w / SK_NB * SK_NB;
+    const char *bj = b + j0 * es;
+    float *cj = c + j0;
+    for (int64_t i0 = 0; i0 < k; i0 += SK_KB) {
+        const int64_t i1 = i0 + SK_KB < k ? i0 + SK_KB : k;
+        for (int64_t j = 0; j < wv; j += SK_NB) {
+            sk_nn_tile(G1, dt, i0, i1, a, lda, bj, ldb, cj, ldc, j);
+            if (G2) sk_nn_tile(G2, dt, i0, i1, a + G1 * lda, lda, bj, ldb, cj + G1 * ldc, ldc, j);
+        }
+        for (int64_t j = wv; j < w; j++) // the last columns, one at a time
+            for (int64_t i = i0; i < i1; i++) {
+                const float bv = sk_load1(bj, dt, i * ldb + j);
+                for (int r = 0; r < G1 + G2; r++) cj[r * ldc + j] += a[r * lda + i] * bv;
+            }
+    }
+}
+
+// One task of the skinny GEMM: columns [j0, j1) of c for all m rows.
+// Instantiated per row count and b dtype, so that every loop over rows and
+// lanes has a constant trip count and the accumulators stay in registers.
+#define SK_DT(CALL)                                                                                         \
+    switch (dt) {                                                                                           \
+    case MF_DTYPE_F16: { const mf_dtype d = MF_DTYPE_F16; CALL; } break;                                   \
+    case MF_DTYPE_BF16: { const mf_dtype d = MF_DTYPE_BF16; CALL; } break;                                 \
+    default: { const mf_dtype d = MF_DTYPE_F32; CALL; } break;                                             \
+    }
+MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, const float *a, int64_t lda,
+                               const char *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc,
+                               int64_t j0, int64_t j1) {
+    if (linear) { // passes of <= 4 rows (5..8: two balanced ones; the second finds W's rows in cache)
+        const int64_t half = m > SK_ROWS ? (m + 1) / 2 : m;
+        for (int64_t r0 = 0; r0 < m; r0 += half) {
+            const float *ar = a + r0 * lda;
+            float *cr = c + r0 * ldc;
+            switch (m - r0 < half ? m - r0 : half) {
+            case 1: SK_DT(sk_nt(1, d, k, ar, lda, b, ldb, alpha, beta, cr, ldc, j0, j1)) break;
+            case 2: SK_DT(sk_nt(2, d, k, ar, lda, b, ldb, alpha, beta, cr, ldc, j0, j1)) break;
+            case 3: SK_DT(sk_nt(3, d, k, ar, lda, b, ldb, alpha, beta, cr, ldc, j0, j1)) break;
+            default: SK_DT(sk_nt(4, d, k, ar, lda, b, ldb, alpha, beta, cr, ldc, j0, j1)) break;
+            }
+        }
+        return;
+    }
+    switch (m) { // (G1, G2): two groups of <= 4 rows
+    case 1: SK_DT(sk_nn(1, 0, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    case 2: SK_DT(sk_nn(2, 0, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    case 3: SK_DT(sk_nn(3, 0, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    case 4: SK_DT(sk_nn(4, 0, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    case 5: SK_DT(sk_nn(3, 2, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    case 6: SK_DT(sk_nn(3, 3, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    case 7: SK_DT(sk_nn(4, 3, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    default: SK_DT(sk_nn(4, 4, d, k, a, lda, b, ldb, c, ldc, j0, j1)) break;
+    }
+}
+#undef SK_DT
+
+// c (m <= 8 rows, f32, row stride ldc) = alpha a @ b + beta c; a f32 row-major
+// (m, k); b (k, n) in dtype dt: a Linear weight W (n, k) (linear) or
+// row-major. cold: NULL, or c's old values (beta != 0 on row-major b, whose
+// sums build up in c). Each thread takes one contiguous range of columns
+// (row-major b) or tasks of 16 weight rows (a Linear weight).
+static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const void *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc, const float *cold) {
+    if (linear) {
+        const int64_t tasks = (n + SK_WB - 1) / SK_WB;
+#pragma omp parallel for schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t j0 = t * SK_WB, j1 = j0 + SK_WB < n ? j0 + SK_WB : n;
+            sk_task(true, dt, m, k, a, lda, (const char *)b, ldb, alpha, beta, c, ldc, j0, j1);
+        }
+        return;
+    }
+    const int64_t nt = omp_get_max_threads(), step = ((n + nt - 1) / nt + SK_NB - 1) / SK_NB * SK_NB;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < nt; t++) {
+        const int64_t j0 = t * step, j1 = j0 + step < n ? j0 + step : n;
+        if (j0 >= j1) continue;
+        for (int64_t r = 0; r < m; r++) memset(c + r * ldc + j0, 0, (size_t)(j1 - j0) * sizeof(float));
+        sk_task(false, dt, m, k, a, lda, (const char *)b, ldb, alpha, beta, c, ldc, j0, j1);
+        for (int64_t r = 0; r < m; r++) {
+            float *cr = c + r * ldc;
+            if (cold)
+                for (int64_t j = j0; j < j1; j++) cr[j] = alpha * cr[j] + beta * cold[r * n + j];
+            else
+                for (int64_t j = j0; j < j1; j++) cr[j] = alpha * cr[j];
+        }
+    }
+}
 
 // Widen matrix `bt` of view t (rows, cols, with layout l) to packed row-major f32.
 static void widen(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, int64_t rows, int64_t cols, float *dst) {
@@ -41,16 +255,23 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     MF_TRY(mf_mat_layout_of(&p->b, "gemm", "b", &lb));
     bool wide = p->a.dtype != MF_DTYPE_F32; // a and b share a dtype
     bool c_f32 = p->c.dtype == MF_DTYPE_F32;
-    float *wa = NULL, *wb = NULL, *tc = NULL;
-    if (wide) {
-        wa = mf_malloc((size_t)(m * k) * sizeof(float));
-        wb = mf_malloc((size_t)(k * n) * sizeof(float));
-    }
+    // Skinny: m <= 8 (f16/bf16: it reads b in its dtype instead of widening
+    // all of it); f32: not one row (sgemv streams it as fast), and a
+    // row-major b only up to 4 rows (at 8, sgemm was as fast from DRAM:
+    // docs/notes/cpu.md). a is staged as packed f32 rows when it is not.
+    const bool skinny = k > 0 && m <= 8 && (wide || (m > 1 && (lb.col_major || m <= 4)));
+    const bool stage_a = wide || (skinny && la.col_major), stage_b = wide && !skinny;
+    const bool stage_c = skinny && !lb.col_major && c_f32 && p->beta != 0.0f; // c's old values
+    float *wa = NULL, *wb = NULL, *tc = NULL, *cold = NULL;
+    if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
+    if (stage_b) wb = mf_malloc((size_t)(k * n) * sizeof(float));
+    if (stage_c) cold = mf_malloc((size_t)(m * n) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
-    if ((wide && (!wa || !wb)) || (!c_f32 && !tc)) {
+    if ((stage_a && !wa) || (stage_b && !wb) || (stage_c && !cold) || (!c_f32 && !tc)) {
         free(wa);
         free(wb);
         free(tc);
+        free(cold);
         return mf_fail(MF_ERR_OOM, "gemm: out of host memory for f32 staging (m=%lld, n=%lld, k=%lld)",
                        (long long)m, (long long)n, (long long)k);
     }
@@ -65,6 +286,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
                 free(wa);
                 free(wb);
                 free(tc);
+                free(cold);
                 return mf_fail(MF_ERR_OOM, "gemm: out of host memory for the bias (n=%lld)", (long long)n);
             }
             for (int64_t j = 0; j < n; j++) bias32[j] = mf_load_f32(p->bias->data, p->bias->dtype, j);
@@ -76,7 +298,11 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         const float *A, *B;
         CBLAS_TRANSPOSE ta, tb;
         blasint lda, ldb;
-        if (wide) {
+        if (skinny) {
+            A = (const float *)p->a.data + bt * la.batch_stride, lda = (blasint)la.ld;
+            if (stage_a) widen(&p->a, &la, bt, m, k, wa), A = wa, lda = (blasint)k;
+            B = NULL, ta = tb = CblasNoTrans, ldb = 0;
+        } else if (wide) {
             widen(&p->a, &la, bt, m, k, wa);
             widen(&p->b, &lb, bt, k, n, wb);
             A = wa, B = wb, ta = tb = CblasNoTrans, lda = (blasint)(k > 0 ? k : 1), ldb = (blasint)(n > 0 ? n : 1);
@@ -98,7 +324,12 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         } else {
             out = tc, ldo = (blasint)n, beta = 0.0f;
         }
-        if (k > 0 && m == 1 && !wide) {
+        if (skinny) {
+            const char *b = (const char *)p->b.data + bt * lb.batch_stride * (int64_t)mf_dtype_size(p->b.dtype);
+            if (cold)
+                for (int64_t i = 0; i < m; i++) memcpy(cold + i * n, out + i * ldo, (size_t)n * sizeof(float));
+            sk_gemm(lb.col_major, p->b.dtype, m, n, k, A, lda, b, lb.ld, p->alpha, beta, out, ldo, cold);
+        } else if (k > 0 && m == 1 && !wide) {
             // One row (a decode step's LM head, projections at batch 1):
             // sgemv is ~3x faster than sgemm here. c = alpha * a_row @ B + beta * c.
             blasint incx = (blasint)(la.col_major ? la.ld : 1);
@@ -137,6 +368,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     free(wa);
     free(wb);
     free(tc);
+    free(cold);
     free(bias32);
     return MF_OK;
 }
