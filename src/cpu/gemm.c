@@ -319,7 +319,9 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         float beta;
         if (c_f32) {
             out = (float *)C, ldo = (blasint)ldc, beta = p->beta;
-            if (beta == 0.0f) // BLAS may compute 0 * NaN; beta == 0 means c is not read
+            // BLAS may compute 0 * NaN; beta == 0 means c is not read (the skinny
+            // loops write c without reading it, so need no zeroing first)
+            if (beta == 0.0f && !skinny)
                 for (int64_t i = 0; i < m; i++) memset(out + i * ldc, 0, (size_t)n * sizeof(float));
         } else {
             out = tc, ldo = (blasint)n, beta = 0.0f;
