@@ -15,6 +15,7 @@ struct mf_backend {
     const char *name;  // "cpu" | "cuda"
     mf_device device;
     void *ctx;         // backend-private state
+    bool mixed_weights; // gemm / moe take f16 or bf16 weights (b, w*) with f32 activations (the CPU)
 
     void (*destroy)(mf_backend *be);
     mf_status (*alloc)(mf_backend *be, size_t bytes, void **out);

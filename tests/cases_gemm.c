@@ -74,6 +74,8 @@ typedef struct {
     bool c_inter;             // batched c interleaved: batch b's row r at r * (batch * n + pad_c) + b * n
                               // (attention heads side by side in a token's row; batch stride < one matrix's span)
     gemm_gemv gemv;           // CUDA: run with the gemv path on, and which path must be taken
+    mf_dtype wt;              // b's dtype when `mixed`: a 16-bit weight with f32 a and c (section 9)
+    bool mixed;
 } gemm_p;
 
 static double gelu_ref(double x) {
@@ -113,7 +115,7 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
     mf_gemm_args args = {.alpha = p->alpha, .beta = p->beta, .epilogue = p->act};
     int64_t ab = p->bcast == BC_A1 ? 1 : batch, bb = p->bcast == BC_B1 ? 1 : batch;
     th_buf *ba = operand(ctx, p->dt, nd, ab, 1, m, k, p->ta, p->pad_a, &args.a);
-    th_buf *bb_ = operand(ctx, p->dt, nd, bb, p->bcast != BC_B0, k, n, p->tb, p->pad_b, &args.b);
+    th_buf *bb_ = operand(ctx, p->mixed ? p->wt : p->dt, nd, bb, p->bcast != BC_B0, k, n, p->tb, p->pad_b, &args.b);
     int64_t ldc = n + p->pad_c;
     int64_t cshape[3] = {batch, m, n}, cstride[3] = {m * ldc, ldc, 1};
     if (p->c_inter) cstride[0] = n, cstride[1] = batch * n + p->pad_c;
@@ -189,6 +191,9 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
     const char *path = "cpu";
 #ifdef MF_HAVE_CUDA
     const bool cuda = mf_backend_device(ctx->be) == MF_DEVICE_CUDA;
+    if (cuda && p->mixed) // CUDA's GEMMs take operands of one dtype: a clear refusal
+        return th_expect(ctx, mf_gemm(ctx->be, &args), MF_ERR_INVALID_ARG, "cuda backend needs them equal",
+                         "mixed dtypes") ? TH_PASS : TH_FAIL;
     th_upload_all(ctx); // the call below runs before TH_CALL (which would upload first)
     bool gemv_was = false;
     if (cuda && p->gemv != GEMV_NO) {
@@ -219,36 +224,46 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
 
 // Every f16 / bf16 bit pattern through the GEMM, exactly: b holds pattern j
 // in column j at row `pos` (0: a vector lane; 8: the scalar tail of k = 9)
-// and zeros elsewhere; a is the unit row e_pos; so c (f32) must be pattern j
-// widened, bit for bit (NaN: any NaN; -0 comes out +0 as 0 + -0 does). b is
-// a Linear weight (n, k) or row-major (k, n); n = 65541 also runs the last
-// columns through the row-major loop's column tail.
+// and zeros elsewhere; every row of a is the unit row e_pos; so c (f32) must
+// be pattern j widened, bit for bit (NaN: any NaN; -0 comes out +0 as 0 + -0
+// does). b is a Linear weight (n, k) or row-major (k, n); n = 65541 also runs
+// the last columns through the row-major loop's column tail. One row of a in
+// b's dtype (the skinny loops), or 9 rows of f32 a (the widened panels
+// before sgemm, as for a 16-bit weight on prefill).
 typedef struct {
     mf_dtype dt;
     bool linear;
     int64_t pos;
+    bool panel;
 } widen_p;
 
 static th_result run_gemm_widen(th_ctx *ctx, const void *params) {
     const widen_p *p = params;
-    const int64_t n = 65541, k = 9;
+    const int64_t n = 65541, k = 9, m = p->panel ? 9 : 1;
     mf_gemm_args args = {.alpha = 1.0f, .beta = 0.0f};
-    const int64_t ashape[2] = {1, k};
-    th_buf *ba = th_tensor(ctx, p->dt, 2, ashape, NULL, &args.a);
-    for (int64_t q = 0; q < k; q++) th_set(ba, q, q == p->pos ? 1.0 : 0.0);
+    const int64_t ashape[2] = {m, k};
+    th_buf *ba = th_tensor(ctx, p->panel ? MF_DTYPE_F32 : p->dt, 2, ashape, NULL, &args.a);
+    for (int64_t i = 0; i < m * k; i++) th_set(ba, i, i % k == p->pos ? 1.0 : 0.0);
     const int64_t bshape[2] = {p->linear ? n : k, p->linear ? k : n};
     th_buf *bb = th_tensor(ctx, p->dt, 2, bshape, NULL, &args.b);
     if (p->linear) mf_tensor_transpose(&args.b, 0, 1);
     uint16_t *h = (uint16_t *)bb->host;
     memset(h, 0, bb->bytes);
-    double *ref = th_scratch(ctx, (size_t)n * sizeof(double)), *bound = th_scratch(ctx, (size_t)n * sizeof(double));
+    double *ref = th_scratch(ctx, (size_t)(m * n) * sizeof(double));
+    double *bound = th_scratch(ctx, (size_t)(m * n) * sizeof(double));
     for (int64_t j = 0; j < n; j++) {
         const uint16_t v = (uint16_t)(j & 0xffff);
         h[p->linear ? j * k + p->pos : p->pos * n + j] = v;
-        ref[j] = p->dt == MF_DTYPE_F16 ? (double)mf_f16_to_f32(v) : (double)mf_bf16_to_f32(v);
+        for (int64_t i = 0; i < m; i++)
+            ref[i * n + j] = p->dt == MF_DTYPE_F16 ? (double)mf_f16_to_f32(v) : (double)mf_bf16_to_f32(v);
     }
-    const int64_t cshape[2] = {1, n};
+    const int64_t cshape[2] = {m, n};
     th_buf *bc = th_tensor(ctx, MF_DTYPE_F32, 2, cshape, NULL, &args.c);
+#ifdef MF_HAVE_CUDA
+    if (p->panel && mf_backend_device(ctx->be) == MF_DEVICE_CUDA) // mixed dtypes: the CPU only
+        return th_expect(ctx, mf_gemm(ctx->be, &args), MF_ERR_INVALID_ARG, "cuda backend", "mixed") ? TH_PASS
+                                                                                                    : TH_FAIL;
+#endif
     TH_CALL(ctx, mf_gemm(ctx->be, &args));
     return th_check(ctx, bc, &args.c, ref, bound, "c") ? TH_PASS : TH_FAIL;
 }
@@ -261,9 +276,10 @@ static void add_gemm(th_list *l, const gemm_p *p) {
         snprintf(pads, sizeof pads, ",pad_a=%lld,pad_b=%lld,pad_c=%lld", (long long)p->pad_a, (long long)p->pad_b,
                  (long long)p->pad_c);
     const char *bias = !p->bias ? "0" : p->cancel ? (p->bias_off ? "cancel_off" : "cancel") : p->bias_off ? "off" : "1";
+    char dt[32];
+    snprintf(dt, sizeof dt, p->mixed ? "f32,b=%s" : "%s", mf_dtype_name(p->mixed ? p->wt : p->dt));
     th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s%s,bias=%s,act=%s,alpha=%g,beta=%g%s)",
-           mf_dtype_name(p->dt), mf_dtype_name(p->ct), (long long)p->m, (long long)p->n, (long long)p->k,
-           th_b(p->ta), th_b(p->tb), batch, p->c_inter ? ",c_interleaved=1" : "", pads, bias,
+           dt, mf_dtype_name(p->ct), (long long)p->m, (long long)p->n, (long long)p->k, th_b(p->ta), th_b(p->tb), batch, p->c_inter ? ",c_interleaved=1" : "", pads, bias,
            p->act == MF_EPILOGUE_GELU ? "gelu" : "none", (double)p->alpha, (double)p->beta, gemv_names[p->gemv]);
 }
 
@@ -445,12 +461,44 @@ void th_cases_gemm(th_list *l) {
             add_gemm(l, &pb);
         }
 
-    // 8. Every f16 / bf16 value widened exactly on the decode path (above).
+    // 8. Every f16 / bf16 value widened exactly: the decode path (above) and
+    //    the prefill panels of a 16-bit weight (section 9).
     for (int d = 0; d < 2; d++)
         for (int lin = 0; lin < 2; lin++)
-            for (int pos = 0; pos <= 8; pos += 8) {
-                const widen_p w = {.dt = d ? MF_DTYPE_BF16 : MF_DTYPE_F16, .linear = lin, .pos = pos};
-                th_add(l, run_gemm_widen, &w, sizeof w, "gemm_widen(dtype=%s,b=%s,k_index=%lld)",
-                       mf_dtype_name(w.dt), lin ? "linear" : "row_major", (long long)pos);
+            for (int pos = 0; pos <= 8; pos += 8)
+                for (int panel = 0; panel < 2; panel++) {
+                    const widen_p w = {.dt = d ? MF_DTYPE_BF16 : MF_DTYPE_F16, .linear = lin, .pos = pos,
+                                       .panel = panel};
+                    th_add(l, run_gemm_widen, &w, sizeof w, "gemm_widen(dtype=%s,b=%s,k_index=%lld,a=%s)",
+                           mf_dtype_name(w.dt), lin ? "linear" : "row_major", (long long)pos,
+                           panel ? "f32x9" : "same");
+                }
+
+    // 9. A 16-bit weight b with f32 a and c (the CPU keeps a checkpoint's
+    //    bf16/f16 weights; CUDA refuses): the skinny loops (m <= 8) and the
+    //    panels of widened columns before sgemm (m > 8), one panel and several
+    //    (k n over 2^21 elements: 8200 columns of k = 257 take a panel of 8192
+    //    and a tail of 8), both b layouts, a column-major a, padded rows,
+    //    bias, GELU, beta; batched with a shared weight.
+    static const int64_t mx[][3] = {{1, 129, 65}, {3, 70, 33}, {8, 33, 129}, {9, 65, 129}, {37, 200, 257},
+                                    {9, 8200, 257}};
+    v = 0;
+    for (int w = 0; w < 2; w++)
+        for (int t = 0; t < 2; t++)
+            for (size_t s = 0; s < sizeof mx / sizeof mx[0]; s++, v++) {
+                gemm_p p = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .mixed = true,
+                            .wt = w ? MF_DTYPE_BF16 : MF_DTYPE_F16, .m = mx[s][0], .n = mx[s][1], .k = mx[s][2],
+                            .tb = t == 0, .ta = v % 3 == 1, .pad_a = s % 2 ? 3 : 0, .pad_b = s % 3 ? 5 : 0,
+                            .pad_c = s % 2 ? 0 : 2, .bias = s % 2 == 0,
+                            .act = s % 3 == 1 ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE, .alpha = s % 2 ? -1.5f : 1.0f,
+                            .beta = s % 3 == 2 ? 0.5f : 0.0f};
+                add_gemm(l, &p);
             }
+    for (int t = 0; t < 2; t++)
+        for (int m = 4; m <= 40; m += 36) {
+            gemm_p pb = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .mixed = true, .wt = MF_DTYPE_BF16, .batch = 3,
+                         .bcast = t ? BC_B0 : BC_NONE, .m = m, .n = 70, .k = 65, .tb = t == 0, .bias = true,
+                         .alpha = 1.0f, .beta = 0.0f};
+            add_gemm(l, &pb);
+        }
 }

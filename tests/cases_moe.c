@@ -326,6 +326,8 @@ typedef struct {
     int64_t Is; // shared expert width, 0: none
     bool gate;
     res_mode res;
+    bool mixed;   // the weights in wt, x / residual / out f32 (the CPU's 16-bit checkpoint weights)
+    mf_dtype wt;
 } layer_p;
 
 // A multiple of 1/q in [-m, m] (exact in every float dtype for small m * q).
@@ -375,12 +377,12 @@ static th_result run_layer(th_ctx *ctx, const void *params) {
     const int64_t T = p->T, H = p->H, I = p->I, E = p->E, k = p->k;
     const bool glu = p->ffn == MF_MOE_FFN_SWIGLU;
     const int64_t rows1 = glu ? 2 * I : I;
-    const mf_dtype dt = p->dt;
+    const mf_dtype dt = p->dt, wt = p->mixed ? p->wt : p->dt;
     mf_tensor x, wr, w1, w2, sw1, sw2, sg, res, out;
     th_buf *bx = th_tensor(ctx, dt, 2, (const int64_t[]){T, H}, NULL, &x);
-    th_buf *bwr = th_tensor(ctx, dt, 2, (const int64_t[]){E, H}, NULL, &wr);
-    th_buf *b1 = th_tensor(ctx, dt, 3, (const int64_t[]){E, rows1, H}, NULL, &w1);
-    th_buf *b2 = th_tensor(ctx, dt, 3, (const int64_t[]){E, H, I}, NULL, &w2);
+    th_buf *bwr = th_tensor(ctx, wt, 2, (const int64_t[]){E, H}, NULL, &wr);
+    th_buf *b1 = th_tensor(ctx, wt, 3, (const int64_t[]){E, rows1, H}, NULL, &w1);
+    th_buf *b2 = th_tensor(ctx, wt, 3, (const int64_t[]){E, H, I}, NULL, &w2);
     th_buf *bs1 = NULL, *bs2 = NULL, *bsg = NULL, *bres = NULL, *bout;
     // x: multiples of 1/8 in [-2, 2], one in 64 times 4 (outliers); w_router: multiples of 1/64 in [-1, 1].
     for (int64_t i = 0; i < T * H; i++) th_set(bx, i, dyadic(ctx, 2, 8) * (th_rng_int(&ctx->rng, 64) ? 1 : 4));
@@ -398,14 +400,14 @@ static th_result run_layer(th_ctx *ctx, const void *params) {
     th_fill(ctx, b2, &w2, &o2);
     const int64_t srows1 = glu ? 2 * p->Is : p->Is;
     if (p->Is) {
-        bs1 = th_tensor(ctx, dt, 2, (const int64_t[]){srows1, H}, NULL, &sw1);
-        bs2 = th_tensor(ctx, dt, 2, (const int64_t[]){H, p->Is}, NULL, &sw2);
+        bs1 = th_tensor(ctx, wt, 2, (const int64_t[]){srows1, H}, NULL, &sw1);
+        bs2 = th_tensor(ctx, wt, 2, (const int64_t[]){H, p->Is}, NULL, &sw2);
         th_fill(ctx, bs1, &sw1, &o1);
         const th_fill_opts os = {.lo = -1.5 / sqrt((double)p->Is), .hi = 1.5 / sqrt((double)p->Is), .outlier = 4,
                                  .outlier_every = 256};
         th_fill(ctx, bs2, &sw2, &os);
         if (p->gate) {
-            bsg = th_tensor(ctx, dt, 2, (const int64_t[]){1, H}, NULL, &sg);
+            bsg = th_tensor(ctx, wt, 2, (const int64_t[]){1, H}, NULL, &sg);
             th_fill(ctx, bsg, &sg, &o1);
         }
     }
@@ -422,6 +424,10 @@ static th_result run_layer(th_ctx *ctx, const void *params) {
                      .shared_w1 = bs1 ? &sw1 : NULL, .shared_w2 = bs2 ? &sw2 : NULL, .shared_gate = bsg ? &sg : NULL,
                      .residual = bres ? &res : NULL, .out = out};
     size_t ws = 0;
+    if (p->mixed && mf_backend_device(ctx->be) != MF_DEVICE_CPU) // 16-bit weights with f32 x: the CPU only
+        return th_expect(ctx, mf_moe_workspace(ctx->be, &a, &ws), MF_ERR_INVALID_ARG, "w_router dtype", "mixed")
+                   ? TH_PASS
+                   : TH_FAIL;
     if (mf_moe_workspace(ctx->be, &a, &ws) != MF_OK) return th_fail(ctx, "mf_moe_workspace: %s", mf_last_error());
     th_buf *bws = th_buf_new(ctx, MF_DTYPE_I32, (int64_t)(ws / 4) + 1); // NaN-poisoned
     bws->checked = true; // scratch: not an input that must come back unchanged
@@ -483,9 +489,9 @@ static th_result run_layer(th_ctx *ctx, const void *params) {
 
 static void add_layer(th_list *l, const layer_p *p) {
     th_add(l, run_layer, p, sizeof *p,
-           "moe(dtype=%s,T=%lld,H=%lld,I=%lld,E=%d,k=%d,ffn=%s,score=%s,order=%s,renorm=%d,scale=%g,routing=%s,"
+           "moe(dtype=%s%s%s,T=%lld,H=%lld,I=%lld,E=%d,k=%d,ffn=%s,score=%s,order=%s,renorm=%d,scale=%g,routing=%s,"
            "shared=%lld,gate=%d,residual=%s)",
-           mf_dtype_name(p->dt), (long long)p->T, (long long)p->H, (long long)p->I, p->E, p->k, ffn_names[p->ffn],
+           mf_dtype_name(p->dt), p->mixed ? ",weights=" : "", p->mixed ? mf_dtype_name(p->wt) : "", (long long)p->T, (long long)p->H, (long long)p->I, p->E, p->k, ffn_names[p->ffn],
            score_names[p->score], order_names[p->order], th_b(p->renorm), (double)p->scale, routing_names[p->rt],
            (long long)p->Is, th_b(p->gate), res_names[p->res]);
 }
@@ -594,7 +600,9 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     TRY(t.w2.shape[2] = 5, MF_ERR_INVALID_ARG, "w2 shape (4, 8, 5) != (4, 8, 4)", "w2 width");
     TRY(t.w1.shape[0] = 3, MF_ERR_INVALID_ARG, "w1 shape (3, 8, 8) != (4, *, 8)", "w1 experts");
     TRY(t.w1.shape[1] = 7, MF_ERR_INVALID_ARG, "w1 rows 7 (want 2 * I", "odd gate|up");
-    TRY(t.w1 = w1h, MF_ERR_INVALID_ARG, "w1 dtype f16 (want f32)", "w1 dtype");
+    TRY(t.w1 = w1h; t.w1.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG, "w1 dtype i32 (want f32", "w1 dtype");
+    if (mf_backend_device(ctx->be) == MF_DEVICE_CUDA) // f16 weights with f32 x: the CPU only
+        TRY(t.w1 = w1h, MF_ERR_INVALID_ARG, "w1 dtype f16 (want f32)", "w1 f16 on cuda");
     TRY(t.x.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG, "x dtype i32", "x dtype");
     TRY(t.out.shape[0] = 4, MF_ERR_INVALID_ARG, "out shape (4, 8) != (5, 8)", "out rows");
     TRY(t.ffn = (mf_moe_ffn)7, MF_ERR_INVALID_ARG, "invalid ffn kind 7", "ffn kind");
@@ -778,6 +786,16 @@ void th_cases_moe(th_list *l) {
     const layer_p glayer = {.dt = MF_DTYPE_BF16, .T = 512, .H = 128, .I = 192, .E = 8, .k = 2, .renorm = true,
                             .scale = 1.0f, .res = RES_INPLACE};
     add_layer(l, &glayer);
+    // 12. f16 / bf16 weights with f32 x, residual and out (the CPU keeps a 16-bit checkpoint's weights;
+    //     CUDA refuses): decode (1 token: the skinny GEMMs) and prefill (experts of > 8 rows: widened
+    //     panels), SwiGLU and GELU, a shared expert with its gate, residual in place.
+    for (int c = 0; c < 4; c++) {
+        layer_p p = {.dt = MF_DTYPE_F32, .mixed = true, .wt = c % 2 ? MF_DTYPE_F16 : MF_DTYPE_BF16,
+                     .T = (int64_t[]){1, 128, 3, 200}[c], .H = 64, .I = 40, .E = 8, .k = 2, .renorm = c != 2,
+                     .scale = 1.0f, .ffn = (mf_moe_ffn)(c / 2), .Is = c >= 2 ? 48 : 0, .gate = c == 3,
+                     .res = (res_mode)(c % 3)};
+        add_layer(l, &p);
+    }
     layer_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "moe(validation)");
 }

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     const mf_model_opts mo = {.dtype = MF_DTYPE_F32};
     if (s == MF_OK) s = mf_model_synthetic(argv[1], (uint64_t)seed, cpu, &mo, &m);
     if (s == MF_OK) {
-        const mf_weights_target t = {.spec = &m->spec, .fam = m->fam, .be = cpu, .dtype = m->dtype};
+        const mf_weights_target t = mf_model_wtarget(m, false);
         const char *meta[] = {"format",      "pt",    "minfer_preset",  argv[1],
                               "minfer_seed", argv[2], "minfer_version", mf_version()};
         s = mf_weights_save(&m->w, &t, argv[3], meta, 4);

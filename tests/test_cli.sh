@@ -179,6 +179,12 @@ says "info: family (qwen2-tiny)" "family:       qwen2, Qwen2ForCausalLM" info "$
 says "info: chat template (qwen2-tiny)" "a chat template is present" info "${q[@]}"
 says "info: no chat template (llama-tiny)" "no chat template" info "${m[@]}" --backend cpu
 says "info: backends (llama-tiny)" "cpu:  every op" info "${m[@]}" --backend cpu
+# --dtype on the CPU: the weights' storage (auto keeps a bf16 checkpoint's; f32 stays f32)
+b16=(-m "$fix/models/llama-tiny-bf16" --backend cpu)
+says "info: --dtype auto (bf16 checkpoint)" "weights bf16, activations and KV cache f32" info "${b16[@]}"
+says "info: --dtype f32 (bf16 checkpoint)" "weights f32, activations and KV cache f32" info "${b16[@]}" --dtype f32
+says "info: --dtype auto (f32 checkpoint)" "weights f32" info "${m[@]}" --backend cpu --dtype auto
+says "info: --dtype bf16 (f32 checkpoint)" "weights bf16" info "${m[@]}" --backend cpu --dtype bf16
 says "info: family (mistral-window-tiny)" "family:       llama, MistralForCausalLM" info -m "$fix/models/mistral-window-tiny" --backend cpu
 
 says "bench gemv (cpu, tiny shapes, csv)" ",tiny,a,2,64,128,0.02,cpu," bench gemv --backend cpu --m 2 --warmup 0 --iters 1 --format csv

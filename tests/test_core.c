@@ -663,7 +663,8 @@ GEMM_BAD(g_null_be, return mf_gemm(NULL, &a))
 GEMM_BAD(g_null_args, (void)a; return mf_gemm(f->be, NULL))
 GEMM_BAD(g_a_i32, a.a.dtype = MF_DTYPE_I32)
 GEMM_BAD(g_a_dtype42, a.a.dtype = (mf_dtype)42)
-GEMM_BAD(g_b_dtype, a.b.dtype = MF_DTYPE_F16)
+GEMM_BAD(g_b_dtype, a.a.dtype = MF_DTYPE_F16)
+GEMM_BAD(g_mixed_c, a.b.dtype = MF_DTYPE_BF16; a.c.dtype = MF_DTYPE_BF16)
 GEMM_BAD(g_c_dtype, a.a.dtype = a.b.dtype = MF_DTYPE_BF16; a.c.dtype = MF_DTYPE_F16)
 GEMM_BAD(g_c_ndim4, a.c.ndim = 4)
 GEMM_BAD(g_c_ndim1, a.c.ndim = 1)
@@ -819,7 +820,8 @@ static const bad_case bad_cases[] = {
     {"gemm: NULL args", FAM_GEMM, g_null_args, INV, "args is NULL"},
     {"gemm: a dtype i32", FAM_GEMM, g_a_i32, INV, "a dtype i32"},
     {"gemm: a dtype 42", FAM_GEMM, g_a_dtype42, INV, "invalid dtype 42"},
-    {"gemm: b dtype != a dtype", FAM_GEMM, g_b_dtype, INV, "b dtype f16"},
+    {"gemm: b dtype != a dtype", FAM_GEMM, g_b_dtype, INV, "a dtype f16 != b dtype f32"},
+    {"gemm: bf16 b, f32 a, bf16 c", FAM_GEMM, g_mixed_c, INV, "b dtype bf16"},
     {"gemm: c f16 for bf16 a", FAM_GEMM, g_c_dtype, INV, "c dtype f16"},
     {"gemm: c 4-D", FAM_GEMM, g_c_ndim4, INV, "4 dims"},
     {"gemm: c 1-D", FAM_GEMM, g_c_ndim1, INV, "1 dims"},

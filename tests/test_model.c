@@ -535,6 +535,85 @@ static void fixture_close(fixture *f) {
     free(f->logits);
 }
 
+// The CPU's weight dtypes (mf_model_opts.dtype / dtype_auto): a bf16
+// checkpoint keeps its matrices in bf16 as views into the mmap by default
+// (norms widened to f32), or is widened (f32) / converted (f16) on request;
+// an f32 checkpoint can be stored in bf16. Every variant against HF's logits
+// for the fixture prompt; the stored bytes against the checkpoint's shapes.
+static void test_weight_dtypes(mf_backend *cpu) {
+    static const struct {
+        const char *fx;
+        bool dtype_auto;
+        mf_dtype dt, want;   // asked, and the matrices' dtype
+        bool views;          // the matrices are views into the checkpoint's mmap
+        double tol;          // max row rel err of the logits vs HF
+    } cases[] = {
+        {"llama-tiny-bf16", true, MF_DTYPE_F32, MF_DTYPE_BF16, true, 1e-4},
+        {"llama-tiny-bf16", false, MF_DTYPE_F32, MF_DTYPE_F32, false, 1e-4},
+        {"llama-tiny-bf16", false, MF_DTYPE_F16, MF_DTYPE_F16, false, 1e-4}, // its bf16 values are f16 values
+        {"llama-tiny-bf16", false, MF_DTYPE_BF16, MF_DTYPE_BF16, true, 1e-4},
+        {"mixtral-tiny", true, MF_DTYPE_F32, MF_DTYPE_BF16, true, 1e-4},
+        {"gpt2-tiny", true, MF_DTYPE_F32, MF_DTYPE_F32, true, 1e-4},
+        {"gpt2-tiny", false, MF_DTYPE_BF16, MF_DTYPE_BF16, false, 3e-2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[128];
+        snprintf(name, sizeof name, "weight dtypes(%s, %s)", cases[c].fx,
+                 cases[c].dtype_auto ? "auto" : mf_dtype_name(cases[c].dt));
+        fixture f;
+        if (!fixture_open(cases[c].fx, &f)) {
+            report(false, name, "cannot read the fixture");
+            fixture_close(&f);
+            continue;
+        }
+        const mf_model_opts mo = {.dtype = cases[c].dt, .dtype_auto = cases[c].dtype_auto};
+        mf_model *m = NULL;
+        if (!check_ok(name, mf_model_load(f.dir, cpu, &mo, &m))) {
+            fixture_close(&f);
+            continue;
+        }
+        mf_model_info info;
+        mf_model_get_info(m, &info);
+        // bytes: the checkpoint's matrices in the dtype asked, its vectors in f32
+        int64_t want_bytes = 0;
+        mf_st_file *stf = NULL;
+        if (mf_st_open_dir(f.dir, &stf) == MF_OK) {
+            for (int64_t i = 0; i < mf_st_count(stf); i++) {
+                const mf_st_tensor *t = mf_st_at(stf, i);
+                if (t->supported && t->dtype != MF_DTYPE_I32)
+                    want_bytes += t->numel * (int64_t)(t->ndim >= 2 ? mf_dtype_size(cases[c].want) : 4);
+            }
+            mf_st_close(stf);
+        }
+        const mf_layer_weights *L0 = &m->w.layers[0];
+        const mf_tensor *mat = info.n_experts > 0 ? &L0->experts_w1 : &L0->qkv[0].w;
+        const char *blk = m->w.block;
+        const bool in_block = (const char *)L0->qkv[0].w.data >= blk && (const char *)L0->qkv[0].w.data < blk + m->w.block_bytes;
+        const bool views = m->w.st != NULL && !in_block;
+        report(info.dtype == cases[c].want && info.act_dtype == MF_DTYPE_F32 && mat->dtype == cases[c].want &&
+                   L0->o.w.dtype == cases[c].want && m->w.tok_emb.dtype == cases[c].want &&
+                   L0->norm1_w.dtype == MF_DTYPE_F32 && views == cases[c].views && info.weight_bytes == want_bytes,
+               name, "weights %s (want %s; first matrix %s, norm %s), activations %s, attention weights %s (want %s), "
+               "%lld weight bytes (want %lld)", mf_dtype_name(info.dtype), mf_dtype_name(cases[c].want),
+               mf_dtype_name(mat->dtype), mf_dtype_name(L0->norm1_w.dtype), mf_dtype_name(info.act_dtype),
+               views ? "in place in the mmap" : "copied", cases[c].views ? "in place" : "copied",
+               (long long)info.weight_bytes, (long long)want_bytes);
+        const int64_t V = info.vocab;
+        float *lg = malloc((size_t)(f.n_prompt + 1) * (size_t)V * sizeof *lg);
+        mf_session *s = NULL;
+        if (lg && check_ok(name, mf_session_create(m, 1, 64, &s)) &&
+            check_ok(name, fwd1(s, 0, f.prompt, f.n_prompt, MF_LOGITS_ALL, lg))) {
+            const double e = row_rel_err(lg, NULL, f.logits, f.n_prompt, V);
+            report(e <= cases[c].tol, name, "%lld positions: max row rel err %.2e vs HF (tol %.0e)",
+                   (long long)f.n_prompt, e, cases[c].tol);
+        }
+        mf_session_free(s);
+        free(lg);
+        mf_model_free(m);
+        fixture_close(&f);
+    }
+}
+
 static void test_fixture(mf_backend *cpu, const char *fx) {
     char name[128];
     fixture f;
@@ -1717,6 +1796,7 @@ int main(int argc, char **argv) {
                               "qwen2-moe-tiny"};
     const int n_fixtures = (int)(sizeof fixtures / sizeof fixtures[0]);
     for (int i = 0; i < n_fixtures; i++) test_fixture(cpu, fixtures[i]);
+    test_weight_dtypes(cpu);
     const char *attns[] = {"flash", "classic"};
     for (int a = 0; a < 2; a++) {
         test_reference(cpu, "tiny", attns[a], 0);

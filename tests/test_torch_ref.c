@@ -312,14 +312,14 @@ static void test_roundtrip(mf_backend *cpu, const char *preset, const char *tmp)
     int32_t tok[T];
     for (int i = 0; i < T; i++) tok[i] = (37 * i + 5) % 500;
     if (check_ok(name, mf_model_synthetic(preset, 5, cpu, &mo, &a))) {
-        const mf_weights_target ta = {.spec = &a->spec, .fam = a->fam, .be = cpu, .dtype = a->dtype};
+        const mf_weights_target ta = mf_model_wtarget(a, false);
         const char *meta[] = {"format", "pt"};
         const int64_t V = a->spec.vocab;
         la = malloc((size_t)(T * V) * sizeof *la), lb = malloc((size_t)(T * V) * sizeof *lb);
         if (check_ok(name, mf_weights_save(&a->w, &ta, file, meta, 1)) && check_ok(name, mf_st_open(file, &st)) &&
             check_ok(name, mf_model_alloc(cpu, &mo, "roundtrip", &b))) {
             b->spec = a->spec, b->fam = a->fam;
-            const mf_weights_target tb = {.spec = &b->spec, .fam = b->fam, .be = cpu, .dtype = b->dtype};
+            const mf_weights_target tb = mf_model_wtarget(b, false);
             const int64_t n_tensors = mf_st_count(st);
             mf_status s = mf_weights_load(&b->w, &tb, st); // takes st
             st = NULL;

@@ -105,6 +105,12 @@ static bool dtype_of(const char *s, mf_dtype *dt) {
     return true;
 }
 
+// A model's --dtype: auto, or a float dtype.
+static bool model_dtype_of(const char *s, mf_dtype *dt, bool *is_auto) {
+    *is_auto = !strcmp(s, "auto");
+    return *is_auto || dtype_of(s, dt);
+}
+
 static bool format_of(const char *s, mf_bench_format *f) {
     if (!strcmp(s, "table")) *f = MF_BENCH_TABLE;
     else if (!strcmp(s, "csv")) *f = MF_BENCH_CSV;
@@ -126,7 +132,8 @@ static bool one_of(const char *a, const char *const *names) {
 // ---- generate ----------------------------------------------------------------------------------
 
 mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o, char err[MF_ARGS_ERR_CAP]) {
-    *o = (mf_generate_opts){.backend = "auto", .dtype = MF_DTYPE_BF16, .n = 128, .bos = MF_BOS_AUTO};
+    *o = (mf_generate_opts){.backend = "auto", .dtype = MF_DTYPE_BF16, .dtype_auto = true, .n = 128,
+                            .bos = MF_BOS_AUTO};
     o->sp = (mf_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                                 .repetition_penalty = 1.0f};
     err[0] = 0;
@@ -182,7 +189,8 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
             if (!backend_ok(v)) return bad(err, "--backend %.80s: not auto, cpu or cuda", v);
             o->backend = v;
         } else if (!strcmp(a, "--dtype")) {
-            if (!dtype_of(v, &o->dtype)) return bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
+            if (!model_dtype_of(v, &o->dtype, &o->dtype_auto))
+                return bad(err, "--dtype %.80s: not auto, bf16, f16 or f32", v);
         } else if (!strcmp(a, "--attn")) {
             o->attn = v;
         }
@@ -227,8 +235,8 @@ static mf_args_result model_opt(int argc, char **argv, int *i, mf_model_args *o,
         int64_t k;
         if (!int_in(v, 1, MF_TOPK_MAX, &k)) return bad(err, "--topk %.80s: not an integer in [1, %d]", v, MF_TOPK_MAX);
         o->topk = (int32_t)k;
-    } else if (!dtype_of(v, &o->dtype)) {
-        return bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
+    } else if (!model_dtype_of(v, &o->dtype, &o->dtype_auto)) {
+        return bad(err, "--dtype %.80s: not auto, bf16, f16 or f32", v);
     }
     return MF_ARGS_OK;
 }
@@ -266,7 +274,7 @@ void mf_score_opts_free(mf_score_opts *o) {
 }
 
 mf_args_result mf_parse_score_args(int argc, char **argv, mf_score_opts *o, char err[MF_ARGS_ERR_CAP]) {
-    *o = (mf_score_opts){.model.dtype = MF_DTYPE_BF16, .bos = -1};
+    *o = (mf_score_opts){.model.dtype = MF_DTYPE_BF16, .model.dtype_auto = true, .bos = -1};
     err[0] = 0;
     const char *tokens = NULL;
     for (int i = 0; i < argc; i++) {
@@ -302,7 +310,7 @@ mf_args_result mf_parse_score_args(int argc, char **argv, mf_score_opts *o, char
 // ---- info -m -----------------------------------------------------------------------------------------
 
 mf_args_result mf_parse_info_args(int argc, char **argv, mf_info_opts *o, char err[MF_ARGS_ERR_CAP]) {
-    *o = (mf_info_opts){.model.dtype = MF_DTYPE_BF16, .batch = 1};
+    *o = (mf_info_opts){.model.dtype = MF_DTYPE_BF16, .model.dtype_auto = true, .batch = 1};
     err[0] = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -344,7 +352,8 @@ static mf_args_result list_opt(const char *flag, const char *s, int64_t *v, int 
 }
 
 mf_args_result mf_parse_bench_model_args(int argc, char **argv, mf_bench_model_opts *o, char err[MF_ARGS_ERR_CAP]) {
-    *o = (mf_bench_model_opts){.model = {.dtype = MF_DTYPE_BF16, .seed = 1}, .fmt = MF_BENCH_TABLE, .gen = 16};
+    *o = (mf_bench_model_opts){.model = {.dtype = MF_DTYPE_BF16, .dtype_auto = true, .seed = 1},
+                                .fmt = MF_BENCH_TABLE, .gen = 16};
     err[0] = 0;
     static const char *const valued[] = {"--batch", "--seq", "--format", "--gen", "--iters", NULL};
     for (int i = 0; i < argc; i++) {

@@ -33,7 +33,8 @@ enum {
 typedef struct {
     const char *dir, *prompt;      // -m, -p (both required)
     const char *backend;           // --backend: "auto" (default), "cpu" or "cuda"
-    mf_dtype dtype;                // --dtype (bf16)
+    mf_dtype dtype;                // --dtype bf16|f16|f32 (valid when !dtype_auto)
+    bool dtype_auto;               // --dtype auto (the default): CUDA bf16, CPU the checkpoint's
     int64_t n;                     // -n: new tokens at most, [0, 2^31) (128)
     mf_sampler_params sp;          // --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05,
                                    // --repeat-penalty 1, --seed (valid only when seed_given)
@@ -51,7 +52,8 @@ typedef struct {
     const char *dir;       // -m / --model
     const char *synthetic; // --synthetic PRESET (the library checks the name)
     const char *backend;   // --backend auto|cpu|cuda (NULL: auto)
-    mf_dtype dtype;        // --dtype (bf16 on CUDA; the CPU always computes in f32)
+    mf_dtype dtype;        // --dtype bf16|f16|f32 (valid when !dtype_auto)
+    bool dtype_auto;       // --dtype auto (the default): CUDA bf16, CPU the checkpoint's
     uint64_t seed;         // --seed for synthetic weights, [0, 2^64)
     const char *attn;      // --attn (NULL: flash; the library checks the name)
     bool no_graphs;        // --no-graphs: decode steps launch their ops (no CUDA Graphs)

@@ -1,6 +1,6 @@
 // minfer generate -m DIR -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
 //                 [--repeat-penalty R] [--seed S] [--stop STR]... [--ignore-eos]
-//                 [--bos | --no-bos] [--backend auto|cpu|cuda] [--dtype bf16|f16|f32] [--attn flash|classic]
+//                 [--bos | --no-bos] [--backend auto|cpu|cuda] [--dtype auto|bf16|f16|f32] [--attn flash|classic]
 //
 // The generated text goes to stdout as it is produced (then one newline);
 // logs, the seed when chosen at random and a last line of statistics go to
@@ -35,7 +35,8 @@ static void help(FILE *f) {
             "  --ignore-eos          go on after the EOS token\n"
             "  --bos / --no-bos      put BOS before the prompt or not (default: as the tokenizer's add_bos_token says)\n"
             "  --backend B           auto (default), cpu or cuda\n"
-            "  --dtype D             bf16 (default on CUDA), f16 or f32; the CPU computes in f32\n"
+            "  --dtype D             auto (default: CUDA bf16; CPU keeps a checkpoint's f16/bf16 weights),\n"
+            "                        bf16, f16 or f32 (the CPU computes in f32: D is its weights' storage)\n"
             "  --attn A              flash (mf_attention over the KV cache; default) or classic\n"
             "                        (QK^T GEMM, softmax, PV GEMM: the reference)\n"
             "  --no-graphs           launch every op of a decode step (default on CUDA: replay a\n"
@@ -89,7 +90,7 @@ int mf_cmd_generate(int argc, char **argv) {
         lib_error("backend");
         goto done;
     }
-    mf_model_opts mo = {.dtype = o.dtype, .attn = o.attn, .verbose = true};
+    mf_model_opts mo = {.dtype = o.dtype, .dtype_auto = o.dtype_auto, .attn = o.attn, .verbose = true};
     if (mf_model_load(o.dir, be, &mo, &m) != MF_OK) {
         lib_error(o.dir);
         goto done;

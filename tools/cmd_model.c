@@ -47,7 +47,7 @@ typedef mf_model_args model_opts;
 static int open_model(const model_opts *o, bool verbose, mf_backend **be, mf_model **m) {
     *be = NULL, *m = NULL;
     if (mf_backend_init(o->backend ? o->backend : "auto", be) != MF_OK) return fail_lib("backend");
-    mf_model_opts mo = {.dtype = o->dtype, .attn = o->attn, .verbose = verbose};
+    mf_model_opts mo = {.dtype = o->dtype, .dtype_auto = o->dtype_auto, .attn = o->attn, .verbose = verbose};
     mf_status s = o->synthetic ? mf_model_synthetic(o->synthetic, o->seed, *be, &mo, m)
                                : mf_model_load(o->dir, *be, &mo, m);
     if (s != MF_OK) {
@@ -99,7 +99,8 @@ static void score_help(FILE *f) {
                "  --bos / --no-bos     put BOS first (default: as the tokenizer's add_bos_token says)\n"
                "  --logits-out FILE    write the (T, vocab) f32 logits as .npy (row t: after tokens 0..t)\n"
                "  --backend B          auto (default), cpu or cuda\n"
-               "  --dtype D            bf16 (default on CUDA), f16 or f32; the CPU computes in f32\n");
+               "  --dtype D            auto (default: CUDA bf16; CPU keeps a checkpoint's f16/bf16 weights),\n"
+               "                       bf16, f16 or f32 (the CPU computes in f32: D is its weights' storage)\n");
 }
 
 int mf_cmd_score(int argc, char **argv) {
@@ -221,7 +222,8 @@ static void info_help(FILE *f) {
                "  Architecture, parameter count, dtype and the memory plan of a session of\n"
                "  --batch sequences (default 1) of --seq tokens (default min(max positions, 2048)).\n"
                "  Family, chat template, and what runs on which backend.\n"
-               "  Presets: small, medium, large, tiny-gpt2, tiny-postnorm, llama-7b, tiny, tiny-geglu.\n");
+               "  Presets: small, medium, large, tiny-gpt2, tiny-postnorm, llama-7b, tiny, tiny-geglu.\n"
+               "  --dtype D: auto (default: CUDA bf16; CPU keeps a checkpoint's f16/bf16 weights), bf16, f16, f32\n");
 }
 
 int mf_cmd_model_info(int argc, char **argv) {
@@ -255,7 +257,8 @@ int mf_cmd_model_info(int argc, char **argv) {
                (long long)in.n_active_params, (double)in.n_active_params / 1e6, (long long)in.n_params,
                100.0 * (double)in.n_active_params / (double)in.n_params);
     }
-    printf("dtype:        %s on %s\n", mf_dtype_name(in.dtype), in.backend);
+    printf("dtype:        weights %s, activations and KV cache %s, on %s\n", mf_dtype_name(in.dtype),
+           mf_dtype_name(in.act_dtype), in.backend);
     const mf_tokenizer *tok = mf_model_tokenizer(m);
     if (tok)
         printf("tokenizer:    %lld tokens, bos %d, eos %d\n", (long long)mf_tokenizer_vocab_size(tok), in.bos_id, in.eos_id);
@@ -266,10 +269,12 @@ int mf_cmd_model_info(int argc, char **argv) {
     if (in.sliding_window > 0)
         printf("attention:    sliding window: each token attends to its last %lld positions\n",
                (long long)in.sliding_window);
-    // What runs where: the CPU computes every op in f32; CUDA in the chosen dtype.
+    // What runs where: the CPU computes every op in f32 (16-bit weights widened in
+    // registers); CUDA in the chosen dtype.
     const char *attn = mo.attn ? mo.attn : "flash";
     const bool classic = !strcmp(attn, "classic");
-    printf("backends:     cpu:  every op, f32 (f16/bf16 weights widened at load), OpenBLAS GEMMs, attention %s%s\n",
+    printf("backends:     cpu:  every op in f32 (weights f32, or f16/bf16 read as stored and widened in registers:\n"
+           "                    --dtype), OpenBLAS GEMMs, attention %s%s\n",
            attn, strcmp(in.backend, "cpu") == 0 ? "   <- this run" : "");
     printf("              cuda: weights, activations and KV cache in bf16 (default), f16 or f32 (--dtype), f32 "
            "accumulation, attention %s (%s)%s\n",
@@ -493,7 +498,9 @@ static void bench_help(FILE *f) {
             "  --format F           table (default), csv or json\n"
             "  --profile            per-op time breakdown of one prefill and one decode step\n"
             "                       (CUDA events around each op on CUDA, wall clock on the CPU)\n"
-            "  --backend B          auto (default), cpu or cuda;  --dtype D  bf16 (default), f16, f32\n"
+            "  --backend B          auto (default), cpu or cuda\n"
+            "  --dtype D            auto (default: CUDA bf16; CPU keeps a checkpoint's f16/bf16 weights,\n"
+            "                       synthetic f32), bf16, f16 or f32 (CPU: its weights' storage)\n"
             "  --attn A             attention: flash (mf_attention over the KV cache; default) or classic\n"
             "                       (QK^T GEMM, softmax, PV GEMM: the reference and the \"before\")\n"
             "  --no-graphs          decode steps launch their ops (default on CUDA: one CUDA Graph per step)\n"

@@ -17,8 +17,13 @@ typedef struct mf_model mf_model;
 typedef struct mf_session mf_session;
 
 typedef struct {
-    mf_dtype dtype;      // weights/activations on CUDA: MF_DTYPE_BF16 (default when
-                         // opts is NULL), F16 or F32. The CPU backend always uses F32.
+    mf_dtype dtype;      // CUDA: weights, activations and KV cache in BF16, F16 or F32.
+                         // CPU (which computes in f32, activations and KV cache f32): the
+                         // weight matrices' storage: F32 (widened at load), F16 or BF16
+                         // (half the memory and bytes per decode step; widened in registers).
+    bool dtype_auto;     // ignore dtype (opts NULL: the same): CUDA BF16; CPU each matrix in
+                         // its checkpoint's dtype (f16/bf16 kept, used in place from the
+                         // file; f32 stays f32), synthetic weights f32
     const char *attn;    // "flash" (mf_attention: online softmax over the KV cache, no
                          // scores buffer; the default, NULL) or "classic" (QK^T GEMM ->
                          // mf_softmax -> P.V GEMM: the reference and the "before")
@@ -52,7 +57,8 @@ typedef struct {
     int64_t n_params;          // parameters (tied embeddings counted once)
     int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
     int64_t max_pos;           // longest sequence the model was trained for
-    mf_dtype dtype;            // weights as loaded
+    mf_dtype dtype;            // weights as loaded (the dtype of most matrix bytes; CPU norms and biases are f32)
+    mf_dtype act_dtype;        // activations and KV cache (CPU: f32)
     int64_t weight_bytes;      // bytes of weights on the backend
     int64_t kv_bytes_per_token;// K and V, all layers
     int32_t bos_id, eos_id;    // -1 when unknown (eos_id: the first of eos_ids)

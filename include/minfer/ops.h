@@ -20,7 +20,9 @@ extern "C" {
 //                                its transpose)
 //   c: (m, n) or (batch, m, n)   row-major: stride[-1] == 1
 //   bias: (n) or NULL, contiguous, dtype of c
-//   a and b share a dtype (f32, f16, bf16); c is that dtype or f32.
+//   a and b share a dtype (f32, f16, bf16); c is that dtype or f32. On the
+//   CPU, b (a weight) may also be f16/bf16 with a and c f32: it is read in
+//   its dtype and widened in registers (half the bytes of an f32 weight).
 //   Batched: a or b may have batch 1 or batch stride 0 (broadcast).
 //   Accumulation is f32. With beta == 0, c is not read (may hold NaN).
 typedef enum {
@@ -400,7 +402,8 @@ mf_status mf_moe_permute(mf_backend *be, const mf_moe_permute_args *args);
 //   h:  (N, 2I) SwiGLU / (N, I) GELU scratch, stride[1] == 1, x's dtype
 //   y:  (N, H) out, x's dtype, stride[1] == 1; may be x's view (x is dead once
 //       the first GEMMs ran). Rows of no expert (>= offsets[E]) are not written.
-// Dtypes: x, w1, w2 share one float dtype; accumulation f32.
+// Dtypes: x, w1, w2 share one float dtype (on the CPU, w1 and w2 may also be
+// f16/bf16 with f32 x, as mf_gemm's b); accumulation f32.
 typedef struct {
     mf_tensor x, offsets;
     const int32_t *host_offsets;
@@ -435,7 +438,8 @@ mf_status mf_moe_combine(mf_backend *be, const mf_moe_combine_args *args);
 //   logits = x . w_router^T (mf_gemm, f32) -> mf_moe_router -> mf_moe_permute
 //   (with the gather) -> mf_moe_experts -> [shared FFN on x] -> mf_moe_combine.
 //   x: (T, H), stride[1] == 1, f32/f16/bf16; w_router: (E, H), stride[1] == 1,
-//   x's dtype; w1, w2, ffn: as mf_moe_experts, x's dtype.
+//   x's dtype; w1, w2, ffn: as mf_moe_experts, x's dtype (CPU: every weight
+//   may also be f16/bf16 with f32 x).
 //   shared_w1: NULL or (2Is, H) SwiGLU / (Is, H) GELU (same ffn kind);
 //   shared_w2: (H, Is); shared_gate: NULL or (1, H) (Qwen-MoE's
 //   shared_expert_gate). residual, out: as mf_moe_combine.

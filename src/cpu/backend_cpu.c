@@ -50,6 +50,7 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     mf_backend *be = mf_calloc(1, sizeof *be);
     if (!be) return mf_fail(MF_ERR_OOM, "backend_init: out of host memory for the cpu backend");
     be->name = "cpu";
+    be->mixed_weights = true; // f16/bf16 weights widened in registers (gemm.c)
     be->device = MF_DEVICE_CPU;
     be->destroy = cpu_destroy;
     be->alloc = cpu_alloc;

@@ -1,5 +1,6 @@
 // CPU GEMM: OpenBLAS sgemm per batch; f16/bf16 operands are widened to f32
-// first (the CPU computes in f32), then bias and GELU in one pass over c
+// first (the CPU computes in f32; a 16-bit b, a weight kept in its
+// checkpoint's dtype, in panels of columns), then bias and GELU in one pass over c
 // (GELU: mf_act's tanh form x sigmoid(2u), vectorised: src/cpu/vmath.h).
 // Calls with m <= 8 rows (decode steps) take the skinny loops below instead.
 #include <cblas.h>
@@ -224,8 +225,10 @@ static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, c
     }
 }
 
-// Widen matrix `bt` of view t (rows, cols, with layout l) to packed row-major f32.
-static void widen(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, int64_t rows, int64_t cols, float *dst) {
+// Widen matrix `bt` of view t (rows, cols, with layout l) to packed row-major
+// f32: a's rows for the skinny loops (m <= 8, so the column-major loads are few).
+static void widen_rows(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, int64_t rows, int64_t cols,
+                       float *dst) {
     const char *base = (const char *)t->data + bt * l->batch_stride * (int64_t)mf_dtype_size(t->dtype);
     if (!l->col_major) {
         for (int64_t r = 0; r < rows; r++) mf_cpu_to_f32(dst + r * cols, base, t->dtype, r * l->ld, cols);
@@ -234,6 +237,35 @@ static void widen(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, int64_
     for (int64_t c = 0; c < cols; c++) // column-major: column c is contiguous
         for (int64_t r = 0; r < rows; r++) dst[r * cols + c] = mf_load_f32(base, t->dtype, c * l->ld + r);
 }
+
+// n contiguous f16/bf16/f32 values at src as f32 (exact), 8 lanes at a time.
+MF_CPU_HOT static void widen_line(float *dst, const char *src, mf_dtype dt, int64_t n) {
+    const int64_t es = (int64_t)mf_dtype_size(dt);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f v;
+        sk_load8(&v, src + i * es, dt);
+        memcpy(dst + i, &v, 32);
+    }
+    for (; i < n; i++) dst[i] = sk_load1(src, dt, i);
+}
+
+// Lines [l0, l1) of matrix `bt` of view t, elements [c0, c0 + len) of each,
+// as f32 at dst with line stride len. A line is a row, or a column when
+// l->col_major: the layout is kept (the caller passes CblasTrans for
+// col_major), so each line is one contiguous read.
+static void widen_lines(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, int64_t l0, int64_t l1, int64_t c0,
+                        int64_t len, float *dst) {
+    const int64_t es = (int64_t)mf_dtype_size(t->dtype);
+    const char *base = (const char *)t->data + bt * l->batch_stride * es;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = l0; i < l1; i++) widen_line(dst + (i - l0) * len, base + (i * l->ld + c0) * es, t->dtype, len);
+}
+
+// A 16-bit b (a weight with m > 8 rows of a: prefill) is widened in panels of
+// columns of at most this many f32 elements (8 MB: the whole weight would
+// take 4x its own size, 154 MB for GPT-2's LM head), each followed by sgemm.
+enum { WIDE_PANEL = 2 << 20 };
 
 // row[0..n) = gelu?(row + bias).
 MF_CPU_HOT static void epilogue_row(float *row, const float *bias, bool gelu, int64_t n) {
@@ -253,18 +285,21 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     mf_mat_layout la, lb;
     MF_TRY(mf_mat_layout_of(&p->a, "gemm", "a", &la));
     MF_TRY(mf_mat_layout_of(&p->b, "gemm", "b", &lb));
-    bool wide = p->a.dtype != MF_DTYPE_F32; // a and b share a dtype
-    bool c_f32 = p->c.dtype == MF_DTYPE_F32;
+    // a 16-bit a comes with a 16-bit b; a 16-bit b may come with f32 a (a weight)
+    const bool a_wide = p->a.dtype != MF_DTYPE_F32, b_wide = p->b.dtype != MF_DTYPE_F32;
+    const bool c_f32 = p->c.dtype == MF_DTYPE_F32;
     // Skinny: m <= 8 (f16/bf16: it reads b in its dtype instead of widening
     // all of it); f32: not one row (sgemv streams it as fast), and a
     // row-major b only up to 4 rows (at 8, sgemm was as fast from DRAM:
     // docs/notes/cpu.md). a is staged as packed f32 rows when it is not.
-    const bool skinny = k > 0 && m <= 8 && (wide || (m > 1 && (lb.col_major || m <= 4)));
-    const bool stage_a = wide || (skinny && la.col_major), stage_b = wide && !skinny;
+    const bool skinny = k > 0 && m <= 8 && (b_wide || (m > 1 && (lb.col_major || m <= 4)));
+    const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major)), stage_b = b_wide && !skinny && k > 0;
     const bool stage_c = skinny && !lb.col_major && c_f32 && p->beta != 0.0f; // c's old values
+    // b's panel: nb columns of b (k x nb f32), for a 16-bit b outside the skinny loops
+    const int64_t nb_max = stage_b ? (k * n <= WIDE_PANEL ? n : (WIDE_PANEL / k + 63) / 64 * 64) : 0;
     float *wa = NULL, *wb = NULL, *tc = NULL, *cold = NULL;
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
-    if (stage_b) wb = mf_malloc((size_t)(k * n) * sizeof(float));
+    if (stage_b) wb = mf_malloc((size_t)(k * (nb_max < n ? nb_max : n)) * sizeof(float));
     if (stage_c) cold = mf_malloc((size_t)(m * n) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
     if ((stage_a && !wa) || (stage_b && !wb) || (stage_c && !cold) || (!c_f32 && !tc)) {
@@ -295,23 +330,16 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     }
     size_t csz = mf_dtype_size(p->c.dtype);
     for (int64_t bt = 0; bt < batch; bt++) {
-        const float *A, *B;
-        CBLAS_TRANSPOSE ta, tb;
-        blasint lda, ldb;
-        if (skinny) {
-            A = (const float *)p->a.data + bt * la.batch_stride, lda = (blasint)la.ld;
-            if (stage_a) widen(&p->a, &la, bt, m, k, wa), A = wa, lda = (blasint)k;
-            B = NULL, ta = tb = CblasNoTrans, ldb = 0;
-        } else if (wide) {
-            widen(&p->a, &la, bt, m, k, wa);
-            widen(&p->b, &lb, bt, k, n, wb);
-            A = wa, B = wb, ta = tb = CblasNoTrans, lda = (blasint)(k > 0 ? k : 1), ldb = (blasint)(n > 0 ? n : 1);
-        } else {
-            A = (const float *)p->a.data + bt * la.batch_stride;
-            B = (const float *)p->b.data + bt * lb.batch_stride;
-            ta = la.col_major ? CblasTrans : CblasNoTrans;
-            tb = lb.col_major ? CblasTrans : CblasNoTrans;
-            lda = (blasint)la.ld, ldb = (blasint)lb.ld;
+        // a as f32, with its layout (a skinny call takes packed rows)
+        const float *A = (const float *)p->a.data + bt * la.batch_stride;
+        CBLAS_TRANSPOSE ta = la.col_major ? CblasTrans : CblasNoTrans;
+        blasint lda = (blasint)la.ld;
+        if (stage_a && skinny) {
+            widen_rows(&p->a, &la, bt, m, k, wa);
+            A = wa, ta = CblasNoTrans, lda = (blasint)k;
+        } else if (stage_a) {
+            widen_lines(&p->a, &la, bt, 0, la.col_major ? k : m, 0, la.col_major ? m : k, wa);
+            A = wa, lda = (blasint)(la.col_major ? m : k);
         }
         char *C = (char *)p->c.data + bt * c_bstride * (int64_t)csz;
         float *out;
@@ -331,18 +359,36 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
             if (cold)
                 for (int64_t i = 0; i < m; i++) memcpy(cold + i * n, out + i * ldo, (size_t)n * sizeof(float));
             sk_gemm(lb.col_major, p->b.dtype, m, n, k, A, lda, b, lb.ld, p->alpha, beta, out, ldo, cold);
-        } else if (k > 0 && m == 1 && !wide) {
-            // One row (a decode step's LM head, projections at batch 1):
-            // sgemv is ~3x faster than sgemm here. c = alpha * a_row @ B + beta * c.
-            blasint incx = (blasint)(la.col_major ? la.ld : 1);
-            if (tb == CblasNoTrans) // B (k, n) row-major: c = B^T a
-                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)n, p->alpha, B, ldb, A, incx, beta, out, 1);
-            else // B stored as W (n, k) row-major: c = W a
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)k, p->alpha, B, ldb, A, incx, beta, out,
-                            1);
+        } else if (stage_b) {
+            // panels of nb columns of b, widened with b's layout kept: a Linear
+            // weight's rows (col_major) or segments of a row-major b's rows
+            for (int64_t j0 = 0; j0 < n; j0 += nb_max) {
+                const int64_t nb = n - j0 < nb_max ? n - j0 : nb_max;
+                if (lb.col_major)
+                    widen_lines(&p->b, &lb, bt, j0, j0 + nb, 0, k, wb);
+                else
+                    widen_lines(&p->b, &lb, bt, 0, k, j0, nb, wb);
+                cblas_sgemm(CblasRowMajor, ta, lb.col_major ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)nb,
+                            (blasint)k, p->alpha, A, lda, wb, (blasint)(lb.col_major ? k : nb), beta, out + j0, ldo);
+            }
         } else if (k > 0) {
-            cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, p->alpha, A, lda, B, ldb, beta,
-                        out, ldo);
+            const float *B = (const float *)p->b.data + bt * lb.batch_stride;
+            const CBLAS_TRANSPOSE tb = lb.col_major ? CblasTrans : CblasNoTrans;
+            const blasint ldb = (blasint)lb.ld;
+            if (m == 1) {
+                // One row (a decode step's LM head, projections at batch 1):
+                // sgemv is ~3x faster than sgemm here. c = alpha * a_row @ B + beta * c.
+                blasint incx = (blasint)(la.col_major ? la.ld : 1);
+                if (tb == CblasNoTrans) // B (k, n) row-major: c = B^T a
+                    cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)n, p->alpha, B, ldb, A, incx, beta,
+                                out, 1);
+                else // B stored as W (n, k) row-major: c = W a
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)k, p->alpha, B, ldb, A, incx, beta,
+                                out, 1);
+            } else {
+                cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, p->alpha, A, lda, B, ldb,
+                            beta, out, ldo);
+            }
         } else if (!c_f32 || beta == 0.0f) {
             for (int64_t i = 0; i < m; i++) memset(out + i * ldo, 0, (size_t)n * sizeof(float));
         } else {

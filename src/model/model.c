@@ -79,36 +79,46 @@ static bool has_chat_template(const char *dir) {
     return yes;
 }
 
-static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts *opts, mf_dtype *dt,
-                            mf_attn_kind *attn) {
-    *dt = MF_DTYPE_BF16;
-    *attn = MF_ATTN_FLASH;
+static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts *opts, mf_model *m) {
+    m->dtype = MF_DTYPE_BF16;
+    m->attn = MF_ATTN_FLASH;
+    const bool dtype_auto = !opts || opts->dtype_auto;
     if (opts) {
-        if (opts->dtype != MF_DTYPE_F32 && opts->dtype != MF_DTYPE_F16 && opts->dtype != MF_DTYPE_BF16)
+        if (!dtype_auto && opts->dtype != MF_DTYPE_F32 && opts->dtype != MF_DTYPE_F16 && opts->dtype != MF_DTYPE_BF16)
             return mf_fail(MF_ERR_INVALID_ARG, "%s: opts->dtype %s (want f32, f16 or bf16)", fn,
                            mf_dtype_name(opts->dtype));
-        *dt = opts->dtype;
+        if (!dtype_auto) m->dtype = opts->dtype;
         if (opts->attn && strcmp(opts->attn, "classic") == 0)
-            *attn = MF_ATTN_CLASSIC;
+            m->attn = MF_ATTN_CLASSIC;
         else if (opts->attn && strcmp(opts->attn, "flash") != 0)
             return mf_fail(MF_ERR_UNSUPPORTED, "%s: attention '%s' unknown (available: flash, classic)", fn,
                            opts->attn);
     }
-    if (mf_backend_device(be) == MF_DEVICE_CPU) *dt = MF_DTYPE_F32; // the CPU computes in f32
+    m->mat_dtype = m->dtype;
+    if (mf_backend_device(be) == MF_DEVICE_CPU) { // the CPU computes in f32; its GEMM reads 16-bit weights
+        m->mat_auto = dtype_auto;
+        if (dtype_auto) m->mat_dtype = MF_DTYPE_F32; // for matrices that are not all f16 or all bf16
+        m->dtype = MF_DTYPE_F32;
+    }
     return MF_OK;
 }
 
 mf_status mf_model_alloc(mf_backend *be, const mf_model_opts *opts, const char *fn, mf_model **out) {
-    mf_dtype dt;
-    mf_attn_kind attn;
-    MF_TRY(check_opts(fn, be, opts, &dt, &attn));
     mf_model *m = mf_calloc(1, sizeof *m);
     if (!m) return mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
     m->be = be;
-    m->dtype = dt;
-    m->attn = attn;
+    const mf_status s = check_opts(fn, be, opts, m);
+    if (s != MF_OK) {
+        free(m);
+        return s;
+    }
     *out = m;
     return MF_OK;
+}
+
+mf_weights_target mf_model_wtarget(const mf_model *m, bool verbose) {
+    return (mf_weights_target){.spec = &m->spec, .fam = m->fam, .be = m->be, .dtype = m->dtype,
+                               .mat_dtype = m->mat_dtype, .mat_auto = m->mat_auto, .verbose = verbose};
 }
 
 mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *opts, mf_model **out) {
@@ -136,7 +146,7 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
             char desc[256];
             fprintf(stderr, "minfer: %s: %s\n", dir, mf_model_config_describe(&cfg, desc, sizeof desc));
         }
-        const mf_weights_target t = {.spec = &m->spec, .fam = m->fam, .be = be, .dtype = m->dtype, .verbose = verbose};
+        const mf_weights_target t = mf_model_wtarget(m, verbose);
         s = mf_weights_load(&m->w, &t, st); // owns st from here
     }
     if (s == MF_OK) {
@@ -186,7 +196,8 @@ mf_status mf_model_get_info(const mf_model *m, mf_model_info *out) {
     out->ffn = s->ffn;
     out->vocab = s->vocab;
     out->max_pos = s->max_pos;
-    out->dtype = m->dtype;
+    out->dtype = m->w.mat_dtype;
+    out->act_dtype = m->dtype;
     out->weight_bytes = m->w.weight_bytes;
     out->kv_bytes_per_token =
         2 * (int64_t)s->n_layers * s->n_kv_heads * s->head_dim * (int64_t)mf_dtype_size(m->dtype);

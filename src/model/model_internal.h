@@ -26,7 +26,9 @@ struct mf_model {
     mf_backend *be;           // not owned
     mf_dec_spec spec;
     const mf_family *fam;     // the architecture family (arch.h)
-    mf_dtype dtype;           // weights, activations and KV cache (CPU: f32)
+    mf_dtype dtype;           // activations and KV cache; CUDA: every weight too (CPU: f32)
+    mf_dtype mat_dtype;       // the weight matrices asked for (CUDA: dtype; CPU: f32, f16 or bf16)
+    bool mat_auto;            // CPU: matrices keep their checkpoint's f16/bf16 (opts NULL or dtype_auto)
     mf_attn_kind attn;        // what its sessions run (mf_model_opts.attn)
     mf_weights w;
     mf_tokenizer *tok;        // NULL: none
@@ -36,9 +38,11 @@ struct mf_model {
     bool chat_template;       // tokenizer_config.json chat_template or chat_template.jinja present
 };
 
-// A zeroed model on be with the dtype opts ask for (CPU: always f32);
+// A zeroed model on be with the dtypes opts ask for (CPU: activations f32);
 // validates opts. `fn` names the caller in messages.
 mf_status mf_model_alloc(mf_backend *be, const mf_model_opts *opts, const char *fn, mf_model **out);
+// What m's weights are loaded for: its spec, family, backend and dtypes.
+mf_weights_target mf_model_wtarget(const mf_model *m, bool verbose);
 
 #ifdef __cplusplus
 }

@@ -31,7 +31,7 @@ mf_status mf_model_synthetic(const char *preset, uint64_t seed, mf_backend *be, 
     m->spec = spec;
     m->fam = fam;
     snprintf(m->source, sizeof m->source, "synthetic:%s", preset);
-    const mf_weights_target t = {.spec = &m->spec, .fam = fam, .be = be, .dtype = m->dtype, .verbose = opts && opts->verbose};
+    const mf_weights_target t = mf_model_wtarget(m, opts && opts->verbose);
     mf_status s = mf_weights_random(&m->w, &t, seed);
     if (s != MF_OK) {
         mf_model_free(m);

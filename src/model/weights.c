@@ -119,7 +119,6 @@ typedef struct {
     char *block;
     void *stage;          // CUDA: host staging buffer of stage_bytes
     size_t stage_bytes;
-    mf_dtype dt;
     int64_t done, total;  // bytes, for progress
     bool verbose;
     int last_pct;
@@ -150,18 +149,18 @@ typedef struct {
     float mean, std;
 } source;
 
-// n elements from src into the block at byte offset off, through the staging
-// buffer in chunks (CUDA) or directly (CPU).
-static mf_status fill(filler *f, int64_t off, const source *src, int64_t n) {
-    const int64_t es = (int64_t)mf_dtype_size(f->dt);
+// n elements from src into the block at byte offset off, in dtype dt, through
+// the staging buffer in chunks (CUDA) or directly (CPU).
+static mf_status fill(filler *f, int64_t off, const source *src, int64_t n, mf_dtype dt) {
+    const int64_t es = (int64_t)mf_dtype_size(dt);
     const int64_t chunk = (int64_t)(f->stage_bytes / (size_t)es);
     for (int64_t i = 0; i < n; i += chunk) {
         const int64_t k = n - i < chunk ? n - i : chunk;
         void *dst = f->host ? (void *)(f->block + off + i * es) : f->stage;
         if (src->t)
-            convert_st(src->t, i, k, dst, f->dt);
+            convert_st(src->t, i, k, dst, dt);
         else
-            fill_random(src->seed, src->stream, src->mean, src->std, i, k, dst, f->dt);
+            fill_random(src->seed, src->stream, src->mean, src->std, i, k, dst, dt);
         if (!f->host) {
             MF_TRY(mf_backend_copy(f->be, f->block + off + i * es, f->stage, (size_t)(k * es), MF_COPY_H2D));
             MF_TRY(mf_backend_sync(f->be)); // the staging buffer is reused next
@@ -213,6 +212,8 @@ static mf_status check_sources(mf_st_file *st, wplan *p) {
                 const mf_st_tensor *t = NULL;
                 MF_TRY(mf_st_expect(st, name, s->cols ? 2 : 1, shape, &t));
                 if (e == 0) s->src[j] = t;
+                if (e == 0 && j == 0) s->src_dt = t->dtype, s->src_same = true;
+                s->src_same = s->src_same && t->dtype == s->src_dt;
                 if (t->dtype != MF_DTYPE_F32 && t->dtype != MF_DTYPE_F16 && t->dtype != MF_DTYPE_BF16)
                     return mf_fail(MF_ERR_FORMAT, "tensor '%s' in %s has dtype %s (want %s)", t->name, t->file,
                                    mf_st_dtype_name(t->st_dtype), dtype_ok_names);
@@ -223,36 +224,56 @@ static mf_status check_sources(mf_st_file *st, wplan *p) {
 
 static int64_t align_up(int64_t x) { return (x + MF_W_ALIGN - 1) / MF_W_ALIGN * MF_W_ALIGN; }
 
+// The dtype slot s is stored in: vectors in t->dtype (the CPU's f32), matrices
+// in mat_dtype, or (mat_auto) in their checkpoint's f16/bf16 when every
+// source has it.
+static mf_dtype slot_dtype(const mf_weights_target *t, const wslot *s) {
+    if (!s->cols) return t->dtype;
+    if (t->mat_auto && s->src_same && (s->src_dt == MF_DTYPE_F16 || s->src_dt == MF_DTYPE_BF16)) return s->src_dt;
+    return t->mat_dtype;
+}
+
+// Whether slot s can be a view into the mmap: one unrepeated source, already
+// in the slot's dtype and aligned for it, on the CPU.
+static bool slot_mappable(const mf_weights_target *t, const wslot *s) {
+    return mf_backend_device(t->be) == MF_DEVICE_CPU && slot_in_place(s) && s->src[0] &&
+           s->src[0]->dtype == slot_dtype(t, s) && s->src[0]->aligned;
+}
+
 // Places slots (in-place ones keep offset -1), allocates the block with room
 // for the RoPE frequencies, fills it, sets every view.
 static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan *p, bool in_place,
                                 const source *rnd) {
     char buf[MF_W_NAME + 48];
     const mf_dec_spec *sp = t->spec;
-    const mf_dtype dt = t->dtype;
     const bool verbose = t->verbose;
-    const int64_t es = (int64_t)mf_dtype_size(dt);
     const bool rope = !sp->learned_pos;
-    int64_t off = 0, total = 0, in_place_bytes = 0;
+    int64_t off = 0, total = 0, in_place_bytes = 0, mat_bytes[3] = {0};
     for (int32_t i = 0; i < p->n; i++) {
         wslot *s = &p->v[i];
-        if (in_place && slot_in_place(s)) {
-            in_place_bytes += s->src[0]->nbytes;
+        s->dt = slot_dtype(t, s);
+        const int64_t bytes = slot_numel(s) * (int64_t)mf_dtype_size(s->dt);
+        if (s->cols) mat_bytes[s->dt] += bytes;
+        if (in_place && slot_mappable(t, s)) {
+            in_place_bytes += bytes;
             continue;
         }
         s->offset = off;
-        off = align_up(off + slot_numel(s) * es);
-        total += slot_numel(s) * es;
+        off = align_up(off + bytes);
+        total += bytes;
     }
+    w->mat_dtype = t->mat_dtype;
+    for (int d = 0; d < 3; d++)
+        if (mat_bytes[d] > mat_bytes[w->mat_dtype]) w->mat_dtype = (mf_dtype)d;
     const int64_t freq_off = off, n_freq = sp->head_dim / 2;
     if (rope) off = align_up(off + n_freq * 4);
     w->block_bytes = off;
     w->weight_bytes = total + in_place_bytes;
     MF_TRY(mf_backend_alloc(t->be, (size_t)(off > 0 ? off : 1), &w->block));
 
-    filler f = {.be = t->be, .host = mf_backend_device(t->be) == MF_DEVICE_CPU, .block = w->block, .dt = dt,
+    filler f = {.be = t->be, .host = mf_backend_device(t->be) == MF_DEVICE_CPU, .block = w->block,
                 .total = total, .verbose = verbose && total > 0, .last_pct = -5, .t0 = now_s()};
-    f.stage_bytes = f.host ? ((size_t)16 << 20) * (size_t)es : (size_t)64 << 20; // CPU: chunks for progress only
+    f.stage_bytes = (size_t)64 << 20; // CPU: chunks for progress only
     mf_status s = MF_OK;
     if (!f.host) {
         f.stage = mf_malloc(f.stage_bytes);
@@ -266,6 +287,7 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
             continue;
         }
         int64_t o = sl->offset;
+        const int64_t es = (int64_t)mf_dtype_size(sl->dt);
         for (int32_t e = 0; e < slot_reps(sl) && s == MF_OK; e++)
             for (int j = 0; j < sl->n_src && s == MF_OK; j++) {
                 const int64_t n = sl->rows[j] * (sl->cols ? sl->cols : 1);
@@ -277,10 +299,10 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
                 } else {
                     src.t = e == 0 ? sl->src[j] : mf_st_lookup(w->st, src_name(sl, e, j, buf, sizeof buf));
                 }
-                s = fill(&f, o, &src, n);
+                s = fill(&f, o, &src, n, sl->dt);
                 o += n * es;
             }
-        set_view(sl, (char *)w->block + sl->offset, dt, dev);
+        set_view(sl, (char *)w->block + sl->offset, sl->dt, dev);
     }
     if (s == MF_OK && rope) {
         float *freq = mf_malloc((size_t)n_freq * sizeof(float));
@@ -337,14 +359,14 @@ mf_status mf_weights_load(mf_weights *w, const mf_weights_target *t, mf_st_file 
     MF_TRY(alloc_layers(w, t));
     const mf_dec_spec *sp = t->spec;
     // First the plan without stacking: check every source, and see whether
-    // the CPU can use them in place (all f32 and aligned).
+    // the CPU can use the matrices in place (each in its dtype and aligned;
+    // vectors of another dtype are copied either way).
     wplan p = {0};
     mf_status s = plan(t, w, false, st, &p);
     if (s == MF_OK) s = check_sources(st, &p);
-    bool in_place = s == MF_OK && mf_backend_device(t->be) == MF_DEVICE_CPU && t->dtype == MF_DTYPE_F32;
+    bool in_place = s == MF_OK && mf_backend_device(t->be) == MF_DEVICE_CPU;
     for (int32_t i = 0; i < p.n && in_place; i++)
-        if (slot_in_place(&p.v[i]) && (p.v[i].src[0]->dtype != MF_DTYPE_F32 || !p.v[i].src[0]->aligned))
-            in_place = false;
+        if (slot_in_place(&p.v[i]) && p.v[i].cols && !slot_mappable(t, &p.v[i])) in_place = false;
     if (s == MF_OK && !in_place) { // copying anyway: stack q|k|v and gate|up
         reset_views(w, sp->n_layers);
         s = plan(t, w, true, st, &p);
@@ -352,7 +374,7 @@ mf_status mf_weights_load(mf_weights *w, const mf_weights_target *t, mf_st_file 
     }
     if (s == MF_OK) s = place_and_fill(w, t, &p, in_place, NULL);
     bool any_in_place = false;
-    for (int32_t i = 0; i < p.n && in_place; i++) any_in_place = any_in_place || slot_in_place(&p.v[i]);
+    for (int32_t i = 0; i < p.n && in_place; i++) any_in_place = any_in_place || p.v[i].offset < 0;
     free(p.v);
     if (s == MF_OK && !any_in_place) { // nothing points into the mmap any more
         mf_st_close(w->st);
@@ -377,11 +399,11 @@ static const char *st_dtype_str(mf_dtype dt) {
     return dt == MF_DTYPE_F32 ? "F32" : dt == MF_DTYPE_F16 ? "F16" : dt == MF_DTYPE_BF16 ? "BF16" : NULL;
 }
 
-// The header JSON: every source of every slot, in plan order, its data
-// contiguous in the block order (group e, then source j), as place_and_fill
-// wrote them; offsets into the data section = offsets into a packed copy.
-static cJSON *save_header(const wplan *p, const char *dt, const char *const *meta, int32_t n_meta, int64_t *bytes,
-                          int64_t es) {
+// The header JSON: every source of every slot, in plan order, in its view's
+// dtype, its data contiguous in the block order (group e, then source j), as
+// place_and_fill wrote them; offsets into the data section = offsets into a
+// packed copy.
+static cJSON *save_header(const wplan *p, const char *const *meta, int32_t n_meta, int64_t *bytes) {
     char buf[MF_W_NAME + 48];
     cJSON *h = cJSON_CreateObject();
     if (!h) return NULL;
@@ -389,6 +411,8 @@ static cJSON *save_header(const wplan *p, const char *dt, const char *const *met
     bool ok = true;
     for (int32_t i = 0; i < p->n && ok; i++) {
         const wslot *s = &p->v[i];
+        const char *dt = st_dtype_str(s->dst->dtype);
+        const int64_t es = (int64_t)mf_dtype_size(s->dst->dtype);
         for (int32_t e = 0; e < slot_reps(s) && ok; e++)
             for (int j = 0; j < s->n_src && ok; j++) {
                 const int64_t n = s->rows[j] * (s->cols ? s->cols : 1);
@@ -422,22 +446,19 @@ mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char 
     if (w->st) // a load that kept views into the mmap planned unstacked sources: copy the checkpoint instead
         return mf_fail(MF_ERR_UNSUPPORTED, "%s: the weights are views into a checkpoint (%s); copy its files instead",
                        fn, mf_st_path(w->st));
-    const char *dt = st_dtype_str(t->dtype);
-    if (!dt)
-        return mf_fail(MF_ERR_UNSUPPORTED, "%s: weights dtype %s has no safetensors name here", fn,
-                       mf_dtype_name(t->dtype));
-    const int64_t es = (int64_t)mf_dtype_size(t->dtype);
     // Plan as mf_weights_random did (stacked): the family's map only records
     // view pointers and sets n_qkv / n_up, which it set the same way then.
     wplan p = {0};
     MF_TRY(plan(t, w, true, NULL, &p));
-    for (int32_t i = 0; i < p.n; i++)
-        if (!p.v[i].dst->data) {
+    for (int32_t i = 0; i < p.n; i++) {
+        const char *why = !p.v[i].dst->data ? "has no data" : !st_dtype_str(p.v[i].dst->dtype) ? "is not a float" : NULL;
+        if (why) {
             free(p.v);
-            return mf_fail(MF_ERR_INVALID_ARG, "%s: weight '%s' has no data", fn, p.v[i].name[0]);
+            return mf_fail(MF_ERR_INVALID_ARG, "%s: weight '%s' %s", fn, p.v[i].name[0], why);
         }
+    }
     int64_t bytes = 0;
-    cJSON *h = save_header(&p, dt, meta, n_meta, &bytes, es);
+    cJSON *h = save_header(&p, meta, n_meta, &bytes);
     char *json = h ? cJSON_PrintUnformatted(h) : NULL;
     cJSON_Delete(h);
     char *host = json ? mf_malloc((size_t)(w->block_bytes > 0 ? w->block_bytes : 1)) : NULL;
@@ -456,7 +477,7 @@ mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char 
         for (size_t i = jl; i < hl && ok; i++) ok = fputc(' ', f) != EOF;
         for (int32_t i = 0; i < p.n && ok; i++) {
             const wslot *sl = &p.v[i];
-            const size_t n = (size_t)(slot_numel(sl) * es);
+            const size_t n = (size_t)(slot_numel(sl) * (int64_t)mf_dtype_size(sl->dst->dtype));
             ok = fwrite(host + ((const char *)sl->dst->data - (const char *)w->block), 1, n, f) == n;
         }
         if (fclose(f) != 0 || !ok)

@@ -9,10 +9,12 @@
 // the separate GEMMs side by side into the same output.
 //
 // Memory: one backend allocation (`block`) holds every weight that is not
-// used in place, plus the RoPE frequencies. CPU: f32 (f16/bf16 widened at
-// load; aligned f32 tensors are views into the read-only mmap, `st` kept
-// open). CUDA: everything in the model dtype, uploaded through a host
-// staging buffer.
+// used in place, plus the RoPE frequencies. CPU: vectors (norms, biases) in
+// f32; matrices in f32, f16 or bf16 (the target's mat_dtype, or with
+// mat_auto their checkpoint's 16-bit dtype: the CPU's GEMM widens them in
+// registers); tensors already in their dtype and aligned are views into the
+// read-only mmap (`st` kept open). CUDA: everything in the model dtype,
+// uploaded through a host staging buffer.
 #ifndef MF_MODEL_WEIGHTS_H
 #define MF_MODEL_WEIGHTS_H
 
@@ -64,6 +66,7 @@ typedef struct {
     void *block;                // the one backend allocation
     int64_t block_bytes;
     int64_t weight_bytes;       // bytes of weights on the backend (block + used in place)
+    mf_dtype mat_dtype;         // the dtype of most of the matrices' bytes
     mf_st_file *st;             // the checkpoint, kept mapped while views point into it
     mf_backend *be;
 } mf_weights;
@@ -106,7 +109,10 @@ typedef struct {
     const mf_dec_spec *spec;
     const struct mf_family *fam;
     mf_backend *be;
-    mf_dtype dtype;           // weights on the backend (CPU: f32)
+    mf_dtype dtype;           // vectors (CUDA: every weight, = mat_dtype); the CPU's is f32
+    mf_dtype mat_dtype;       // matrices (2-D and the experts' 3-D)
+    bool mat_auto;            // CPU: a matrix whose sources are all f16 (or all bf16) keeps that
+                              // dtype; the others take mat_dtype
     bool verbose;             // progress on stderr
 } mf_weights_target;
 
@@ -120,7 +126,7 @@ mf_status mf_weights_random(mf_weights *w, const mf_weights_target *t, uint64_t 
 // Writes weights made by mf_weights_random (or a load that copied every
 // tensor) as one safetensors file at path, every tensor under the checkpoint
 // name and layout mf_weights_load reads (so loading the file gives the same
-// weights), in t->dtype; meta: n_meta (key, value) string pairs for
+// weights), each in its view's dtype; meta: n_meta (key, value) string pairs for
 // "__metadata__". For tests and fixtures (the synthetic presets' weights
 // for an outside reference); not public API.
 mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char *path, const char *const *meta,

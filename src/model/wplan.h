@@ -28,6 +28,9 @@ typedef struct {
     bool transposed;           // a torch Linear (out, in): the view is its transpose (in, out)
     float mean, std;           // synthetic values: mean + std * N(0, 1)
     const mf_st_tensor *src[3];// n_rep > 0: group 0's (the others are looked up when filled)
+    mf_dtype src_dt;           // the sources' dtype when every one has it (src_same), from check_sources
+    bool src_same;
+    mf_dtype dt;               // the view's dtype (weights.c: slot_dtype)
     int64_t offset;            // bytes into the block; -1: a view into the mmap
 } wslot;
 

@@ -15,9 +15,12 @@ mf_status mf_gemm(mf_backend *be, const mf_gemm_args *p) {
     if (nd != 2 && nd != 3) return mf_fail(MF_ERR_INVALID_ARG, "gemm: c has %d dims (want 2 or 3)", nd);
     MF_TRY(mf_check_ndim(&p->a, nd, op, "a"));
     MF_TRY(mf_check_ndim(&p->b, nd, op, "b"));
-    if (p->a.dtype != p->b.dtype)
-        return mf_fail(MF_ERR_INVALID_ARG, "gemm: a dtype %s != b dtype %s", mf_dtype_name(p->a.dtype),
-                       mf_dtype_name(p->b.dtype));
+    // A 16-bit b (a weight) with f32 a and c: on backends that widen it (the CPU).
+    const bool mixed = p->a.dtype == MF_DTYPE_F32 && p->c.dtype == MF_DTYPE_F32 && be->mixed_weights;
+    if (p->a.dtype != p->b.dtype && !mixed)
+        return mf_fail(MF_ERR_INVALID_ARG, "gemm: a dtype %s != b dtype %s (%s%s%s)", mf_dtype_name(p->a.dtype),
+                       mf_dtype_name(p->b.dtype), be->mixed_weights ? "an f16/bf16 b takes f32 a and c" : "the ",
+                       be->mixed_weights ? "" : be->name, be->mixed_weights ? "" : " backend needs them equal");
     if (p->c.dtype != p->a.dtype && p->c.dtype != MF_DTYPE_F32)
         return mf_fail(MF_ERR_INVALID_ARG, "gemm: c dtype %s (want %s or f32)", mf_dtype_name(p->c.dtype),
                        mf_dtype_name(p->a.dtype));

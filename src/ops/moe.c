@@ -58,6 +58,18 @@ static mf_status check_dtype(const mf_tensor *t, mf_dtype want, const char *op, 
     return MF_OK;
 }
 
+// A weight's dtype: x's, or f16/bf16 with f32 x on backends whose GEMM widens
+// 16-bit weights (the CPU keeps a checkpoint's bf16 weights so).
+static mf_status check_wdtype(const mf_backend *be, const mf_tensor *w, mf_dtype xdt, const char *op,
+                              const char *name) {
+    const bool mixed = be->mixed_weights && xdt == MF_DTYPE_F32 &&
+                       (w->dtype == MF_DTYPE_F16 || w->dtype == MF_DTYPE_BF16);
+    if (w->dtype != xdt && !mixed)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %s dtype %s (want %s%s)", op, name, mf_dtype_name(w->dtype),
+                       mf_dtype_name(xdt), be->mixed_weights && xdt == MF_DTYPE_F32 ? ", f16 or bf16" : "");
+    return MF_OK;
+}
+
 static mf_status check_counts(const char *op, int64_t n_experts, int64_t top_k) {
     if (n_experts < 1 || n_experts > MOE_MAX_EXPERTS)
         return mf_fail(MF_ERR_INVALID_ARG, "%s: n_experts %lld (want 1..%d)", op, (ll)n_experts, MOE_MAX_EXPERTS);
@@ -215,9 +227,9 @@ static mf_status experts_check(const mf_backend *be, const mf_moe_experts_args *
         return mf_fail(MF_ERR_INVALID_ARG, "moe_experts: w1 rows %lld (want %s)", (ll)rows1,
                        glu ? "2 * I, gate | up" : "I >= 1");
     const int64_t I = glu ? rows1 / 2 : rows1;
-    MF_TRY(check_dtype(&p->w1, p->x.dtype, op, "w1"));
+    MF_TRY(check_wdtype(be, &p->w1, p->x.dtype, op, "w1"));
     MF_TRY(check_shape(be, &p->w2, op, "w2", 3, (const int64_t[]){E, H, I}));
-    MF_TRY(check_dtype(&p->w2, p->x.dtype, op, "w2"));
+    MF_TRY(check_wdtype(be, &p->w2, p->x.dtype, op, "w2"));
     MF_TRY(check_shape(be, &p->offsets, op, "offsets", 1, (const int64_t[]){E + 1}));
     MF_TRY(check_i32(&p->offsets, op, "offsets"));
     MF_TRY(check_shape(be, &p->h, op, "h", 2, (const int64_t[]){N, rows1}));
@@ -410,35 +422,35 @@ static mf_status moe_check(const mf_backend *be, const mf_moe_args *p, int64_t *
     MF_TRY(check_shape(be, &p->w_router, op, "w_router", 2, (const int64_t[]){-1, H}));
     const int64_t E = p->w_router.shape[0];
     MF_TRY(check_counts(op, E, p->top_k));
-    MF_TRY(check_dtype(&p->w_router, dt, op, "w_router"));
+    MF_TRY(check_wdtype(be, &p->w_router, dt, op, "w_router"));
     MF_TRY(check_enums(op, p->score, p->order, p->ffn));
     if (!isfinite(p->routed_scale))
         return mf_fail(MF_ERR_INVALID_ARG, "moe: routed_scale %g is not finite", (double)p->routed_scale);
     const bool glu = p->ffn == MF_MOE_FFN_SWIGLU;
     MF_TRY(check_shape(be, &p->w1, op, "w1", 3, (const int64_t[]){E, -1, H}));
-    MF_TRY(check_dtype(&p->w1, dt, op, "w1"));
+    MF_TRY(check_wdtype(be, &p->w1, dt, op, "w1"));
     const int64_t rows1 = p->w1.shape[1];
     if (rows1 < 1 || (glu && rows1 % 2))
         return mf_fail(MF_ERR_INVALID_ARG, "moe: w1 rows %lld (want %s)", (ll)rows1, glu ? "2 * I, gate | up" : "I >= 1");
     const int64_t I = glu ? rows1 / 2 : rows1;
     MF_TRY(check_shape(be, &p->w2, op, "w2", 3, (const int64_t[]){E, H, I}));
-    MF_TRY(check_dtype(&p->w2, dt, op, "w2"));
+    MF_TRY(check_wdtype(be, &p->w2, dt, op, "w2"));
     int64_t srows1 = 0;
     if (!p->shared_w1 != !p->shared_w2)
         return mf_fail(MF_ERR_INVALID_ARG, "moe: shared_w1 and shared_w2 must be given together");
     if (p->shared_gate && !p->shared_w1) return mf_fail(MF_ERR_INVALID_ARG, "moe: shared_gate without a shared expert");
     if (p->shared_w1) {
         MF_TRY(check_shape(be, p->shared_w1, op, "shared_w1", 2, (const int64_t[]){-1, H}));
-        MF_TRY(check_dtype(p->shared_w1, dt, op, "shared_w1"));
+        MF_TRY(check_wdtype(be, p->shared_w1, dt, op, "shared_w1"));
         srows1 = p->shared_w1->shape[0];
         if (srows1 < 1 || (glu && srows1 % 2))
             return mf_fail(MF_ERR_INVALID_ARG, "moe: shared_w1 rows %lld (want %s)", (ll)srows1,
                            glu ? "2 * Is, gate | up" : "Is >= 1");
         MF_TRY(check_shape(be, p->shared_w2, op, "shared_w2", 2, (const int64_t[]){H, glu ? srows1 / 2 : srows1}));
-        MF_TRY(check_dtype(p->shared_w2, dt, op, "shared_w2"));
+        MF_TRY(check_wdtype(be, p->shared_w2, dt, op, "shared_w2"));
         if (p->shared_gate) {
             MF_TRY(check_shape(be, p->shared_gate, op, "shared_gate", 2, (const int64_t[]){1, H}));
-            MF_TRY(check_dtype(p->shared_gate, dt, op, "shared_gate"));
+            MF_TRY(check_wdtype(be, p->shared_gate, dt, op, "shared_gate"));
         }
     }
     MF_TRY(check_shape(be, &p->out, op, "out", 2, (const int64_t[]){T, H}));

@@ -264,7 +264,7 @@ def test_gemm_errors():
     b = np.ones((5, 3), np.float32)
     cases = [
         (lambda: minfer.gemm(a, np.ones((6, 3), np.float32)), minfer.MinferError, r"a cols \(k\) 5 != b rows 6"),
-        (lambda: minfer.gemm(a, b.astype(np.float16)), minfer.MinferError, "a dtype f32 != b dtype f16"),
+        (lambda: minfer.gemm(a.astype(np.float16), b), minfer.MinferError, "a dtype f16 != b dtype f32"),
         (lambda: minfer.gemm(a.astype(np.int32), b.astype(np.int32)), minfer.MinferError, "want f32, f16 or bf16"),
         (lambda: minfer.gemm(a, b, c=np.empty((3, 4), np.float32).T), minfer.UnsupportedError, "row-major"),
         (lambda: minfer.gemm(a, b, c=np.empty((4, 4), np.float32)), minfer.MinferError, "b cols 3 != c cols 4"),
