@@ -437,8 +437,9 @@ void th_cases_gemm(th_list *l) {
 
     // 7. Decode-shaped layers (m = 1..8 rows: the CPU's skinny loops), b a
     //    torch weight (transposed view) or row-major (GPT-2's Conv1D), every
-    //    dtype pair: every row count, k with and without a tail under 8, n = 1,
-    //    n with a column tail and n over several 512-column tasks, padded
+    //    dtype pair: every row count, k with and without a tail under 8, k over
+    //    several 128-row chunks of a row-major b (129, 257, 771: a last chunk of
+    //    1 or 3 rows), n = 1, n with a column tail, padded
     //    a / b / c rows, a column-major a, beta != 0 (c read) and beta == 0 on
     //    a NaN c, bias, GELU, negative alpha; then batched with one shared weight.
     static const int64_t sk[][3] = {{2, 130, 64}, {3, 65, 771}, {4, 200, 8}, {5, 64, 129}, {6, 1, 16},

@@ -30,6 +30,7 @@ enum {
     SK_NB = 16,   // columns of c per register tile
     SK_KB = 8,    // row-major b: rows per panel (8 sequential streams, then the next 8)
     SK_WB = 16,   // b a Linear weight: weight rows per task
+    SK_KC = 128,  // b row-major: rows per chunk of k (its own partial sums)
 };
 
 // 8 elements of b at p as f32. f16: exponent and mantissa moved to the f32
@@ -131,8 +132,8 @@ SK_INLINE void sk_nn_tile(const int G, const mf_dtype dt, int64_t i0, int64_t i1
 }
 
 // b row-major (k, n): adds a @ b into c's columns [j0, j1) for G1 + G2 rows
-// of a. Panels of SK_KB whole rows of the range (sequential streams: a
-// thread's range is contiguous), the sums kept in c; the second group of
+// of a (sk_gemm passes all columns of a chunk of k rows). Panels of SK_KB
+// rows (SK_KB sequential streams), the sums kept in c; the second group of
 // rows finds the panel's 16 columns in L1.
 SK_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, const float *a, int64_t lda,
                      const char *b, int64_t ldb, float *c, int64_t ldc, int64_t j0, int64_t j1) {
@@ -194,11 +195,13 @@ MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, c
 
 // c (m <= 8 rows, f32, row stride ldc) = alpha a @ b + beta c; a f32 row-major
 // (m, k); b (k, n) in dtype dt: a Linear weight W (n, k) (linear) or
-// row-major. cold: NULL, or c's old values (beta != 0 on row-major b, whose
-// sums build up in c). Each thread takes one contiguous range of columns
-// (row-major b) or tasks of 16 weight rows (a Linear weight).
+// row-major. A Linear weight: tasks of 16 weight rows. Row-major: chunks of
+// SK_KC rows of b (a run of whole rows, contiguous: one sequential stream per
+// thread, where a split of the columns read 0.75-1.5 KB pieces of each row),
+// each summed into its own (m, n) f32 partial in part (sk_part_floats), then
+// the partials added in chunk order: the same bits for any thread count.
 static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                    const void *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc, const float *cold) {
+                    const void *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc, float *part) {
     if (linear) {
         const int64_t tasks = (n + SK_WB - 1) / SK_WB;
 #pragma omp parallel for schedule(static)
@@ -208,22 +211,28 @@ static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, c
         }
         return;
     }
-    const int64_t nt = omp_get_max_threads(), step = ((n + nt - 1) / nt + SK_NB - 1) / SK_NB * SK_NB;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < nt; t++) {
-        const int64_t j0 = t * step, j1 = j0 + step < n ? j0 + step : n;
-        if (j0 >= j1) continue;
-        for (int64_t r = 0; r < m; r++) memset(c + r * ldc + j0, 0, (size_t)(j1 - j0) * sizeof(float));
-        sk_task(false, dt, m, k, a, lda, (const char *)b, ldb, alpha, beta, c, ldc, j0, j1);
-        for (int64_t r = 0; r < m; r++) {
-            float *cr = c + r * ldc;
-            if (cold)
-                for (int64_t j = j0; j < j1; j++) cr[j] = alpha * cr[j] + beta * cold[r * n + j];
-            else
-                for (int64_t j = j0; j < j1; j++) cr[j] = alpha * cr[j];
+    const int64_t chunks = (k + SK_KC - 1) / SK_KC, es = (int64_t)mf_dtype_size(dt);
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t q = 0; q < chunks; q++) {
+            const int64_t i0 = q * SK_KC, kc = k - i0 < SK_KC ? k - i0 : SK_KC;
+            float *pq = part + q * m * n;
+            memset(pq, 0, (size_t)(m * n) * sizeof(float));
+            sk_task(false, dt, m, kc, a + i0, lda, (const char *)b + i0 * ldb * es, ldb, alpha, beta, pq, n, 0, n);
+        }
+#pragma omp for schedule(static)
+        for (int64_t e = 0; e < m * n; e++) { // c = alpha (partials in chunk order) + beta c
+            float sum = part[e];
+            for (int64_t q = 1; q < chunks; q++) sum += part[q * m * n + e];
+            float *ce = c + e / n * ldc + e % n;
+            *ce = beta == 0.0f ? alpha * sum : alpha * sum + beta * *ce;
         }
     }
 }
+
+// f32 elements of sk_gemm's partial sums for a row-major b.
+static int64_t sk_part_floats(int64_t m, int64_t n, int64_t k) { return (k + SK_KC - 1) / SK_KC * m * n; }
 
 // Widen matrix `bt` of view t (rows, cols, with layout l) to packed row-major
 // f32: a's rows for the skinny loops (m <= 8, so the column-major loads are few).
@@ -289,24 +298,24 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const bool a_wide = p->a.dtype != MF_DTYPE_F32, b_wide = p->b.dtype != MF_DTYPE_F32;
     const bool c_f32 = p->c.dtype == MF_DTYPE_F32;
     // Skinny: m <= 8 (f16/bf16: it reads b in its dtype instead of widening
-    // all of it); f32: not one row (sgemv streams it as fast), and a
-    // row-major b only up to 4 rows (at 8, sgemm was as fast from DRAM:
-    // docs/notes/cpu.md). a is staged as packed f32 rows when it is not.
-    const bool skinny = k > 0 && m <= 8 && (b_wide || (m > 1 && (lb.col_major || m <= 4)));
+    // all of it); f32: not one row (sgemv streams it as fast). a is staged as
+    // packed f32 rows when it is not. (A row-major b took sgemm at 5..8 rows
+    // until its loop split k: docs/notes/cpu.md.)
+    const bool skinny = k > 0 && m <= 8 && (b_wide || m > 1);
     const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major)), stage_b = b_wide && !skinny && k > 0;
-    const bool stage_c = skinny && !lb.col_major && c_f32 && p->beta != 0.0f; // c's old values
+    const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
     // b's panel: nb columns of b (k x nb f32), for a 16-bit b outside the skinny loops
     const int64_t nb_max = stage_b ? (k * n <= WIDE_PANEL ? n : (WIDE_PANEL / k + 63) / 64 * 64) : 0;
-    float *wa = NULL, *wb = NULL, *tc = NULL, *cold = NULL;
+    float *wa = NULL, *wb = NULL, *tc = NULL, *part = NULL;
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
     if (stage_b) wb = mf_malloc((size_t)(k * (nb_max < n ? nb_max : n)) * sizeof(float));
-    if (stage_c) cold = mf_malloc((size_t)(m * n) * sizeof(float));
+    if (stage_part) part = mf_malloc((size_t)sk_part_floats(m, n, k) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
-    if ((stage_a && !wa) || (stage_b && !wb) || (stage_c && !cold) || (!c_f32 && !tc)) {
+    if ((stage_a && !wa) || (stage_b && !wb) || (stage_part && !part) || (!c_f32 && !tc)) {
         free(wa);
         free(wb);
         free(tc);
-        free(cold);
+        free(part);
         return mf_fail(MF_ERR_OOM, "gemm: out of host memory for f32 staging (m=%lld, n=%lld, k=%lld)",
                        (long long)m, (long long)n, (long long)k);
     }
@@ -321,7 +330,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
                 free(wa);
                 free(wb);
                 free(tc);
-                free(cold);
+                free(part);
                 return mf_fail(MF_ERR_OOM, "gemm: out of host memory for the bias (n=%lld)", (long long)n);
             }
             for (int64_t j = 0; j < n; j++) bias32[j] = mf_load_f32(p->bias->data, p->bias->dtype, j);
@@ -356,9 +365,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         }
         if (skinny) {
             const char *b = (const char *)p->b.data + bt * lb.batch_stride * (int64_t)mf_dtype_size(p->b.dtype);
-            if (cold)
-                for (int64_t i = 0; i < m; i++) memcpy(cold + i * n, out + i * ldo, (size_t)n * sizeof(float));
-            sk_gemm(lb.col_major, p->b.dtype, m, n, k, A, lda, b, lb.ld, p->alpha, beta, out, ldo, cold);
+            sk_gemm(lb.col_major, p->b.dtype, m, n, k, A, lda, b, lb.ld, p->alpha, beta, out, ldo, part);
         } else if (stage_b) {
             // panels of nb columns of b, widened with b's layout kept: a Linear
             // weight's rows (col_major) or segments of a row-major b's rows
@@ -416,7 +423,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     free(wa);
     free(wb);
     free(tc);
-    free(cold);
+    free(part);
     free(bias32);
     return MF_OK;
 }
