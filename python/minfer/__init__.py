@@ -276,7 +276,9 @@ def gemm(a, b, c=None, bias=None, alpha=1.0, beta=0.0, gelu=False):
     a: (m, k) or (batch, m, k); b: (k, n) or (batch, k, n); transposed views
     (x.T, tensor.t()) are free. c: (m, n) or (batch, m, n) row-major, allocated
     with a's dtype when None (then beta must be 0). bias: (n), c's dtype.
-    gelu: tanh-approximate GELU after the bias. Accumulation is f32."""
+    gelu: tanh-approximate GELU after the bias. Accumulation is f32. a and b
+    share a dtype, except on the CPU, where b (a weight) may be f16/bf16 with
+    f32 a and c: read in its dtype and widened in registers."""
     va, vb = T.view(a, "gemm: a"), T.view(b, "gemm: b")
     if c is None:
         if _float(beta, "gemm: beta") != 0.0:

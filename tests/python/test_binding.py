@@ -235,6 +235,19 @@ def test_gemm_f32_output_from_half_inputs():
     assert_close(c, ref, gemm_tol(ref, mag, 70, np.float32), "gemm(f16 -> f32)")
 
 
+@pytest.mark.parametrize("dtype", [d for d in NP_DTYPES if d != np.float32], ids=lambda d: DT_IDS[d])
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_gemm_half_weight_f32_activations(dtype, m):
+    """The CPU takes a 16-bit weight with f32 a and c: decode rows (m <= 8) and prefill (panels)."""
+    rng = np.random.default_rng(15 + m)
+    a = rand(rng, (m, 129), np.float32)
+    w = rand(rng, (70, 129), dtype)  # a torch Linear weight (n, k), passed transposed
+    c = minfer.gemm(a, w.T)
+    assert c.dtype == np.float32
+    ref, mag = gemm_ref(a, w.T)
+    assert_close(c, ref, gemm_tol(ref, mag, 129, np.float32), f"gemm(f32 a, {DT_IDS[dtype]} weight, m={m})")
+
+
 @pytest.mark.parametrize("ba,bb", [(4, 4), (1, 4), (4, 1)])
 def test_gemm_batched(ba, bb):
     rng = np.random.default_rng(13 + ba + bb)
