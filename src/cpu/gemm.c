@@ -305,10 +305,11 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major)), stage_b = b_wide && !skinny && k > 0;
     const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
     // b's panel: nb columns of b (k x nb f32), for a 16-bit b outside the skinny loops
-    const int64_t nb_max = stage_b ? (k * n <= WIDE_PANEL ? n : (WIDE_PANEL / k + 63) / 64 * 64) : 0;
+    const int64_t nb_big = (WIDE_PANEL / (k > 0 ? k : 1) + 63) / 64 * 64;
+    const int64_t nb_max = !stage_b ? 0 : k * n <= WIDE_PANEL || nb_big > n ? n : nb_big;
     float *wa = NULL, *wb = NULL, *tc = NULL, *part = NULL;
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
-    if (stage_b) wb = mf_malloc((size_t)(k * (nb_max < n ? nb_max : n)) * sizeof(float));
+    if (stage_b) wb = mf_malloc((size_t)(k * nb_max) * sizeof(float));
     if (stage_part) part = mf_malloc((size_t)sk_part_floats(m, n, k) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
     if ((stage_a && !wa) || (stage_b && !wb) || (stage_part && !part) || (!c_f32 && !tc)) {

@@ -233,11 +233,10 @@ static mf_dtype slot_dtype(const mf_weights_target *t, const wslot *s) {
     return t->mat_dtype;
 }
 
-// Whether slot s can be a view into the mmap: one unrepeated source, already
-// in the slot's dtype and aligned for it, on the CPU.
+// Whether slot s can be a view into the mmap (when the load is in place, on
+// the CPU): one unrepeated source, already in the slot's dtype and aligned.
 static bool slot_mappable(const mf_weights_target *t, const wslot *s) {
-    return mf_backend_device(t->be) == MF_DEVICE_CPU && slot_in_place(s) && s->src[0] &&
-           s->src[0]->dtype == slot_dtype(t, s) && s->src[0]->aligned;
+    return slot_in_place(s) && s->src[0] && s->src[0]->dtype == slot_dtype(t, s) && s->src[0]->aligned;
 }
 
 // Places slots (in-place ones keep offset -1), allocates the block with room
