@@ -76,6 +76,7 @@ typedef struct {
     gemm_gemv gemv;           // CUDA: run with the gemv path on, and which path must be taken
     mf_dtype wt;              // b's dtype when `mixed`: a 16-bit weight with f32 a and c (section 9)
     bool mixed;
+    int64_t off_b;            // b (2-D) starts this many elements into its buffer (not 32-byte aligned)
 } gemm_p;
 
 static double gelu_ref(double x) {
@@ -84,11 +85,22 @@ static double gelu_ref(double x) {
 }
 
 // A (rows, cols) operand, optionally batched, optionally a transposed view of
-// (cols, rows) storage with `pad` extra elements per stored row.
+// (cols, rows) storage with `pad` extra elements per stored row; 2-D only:
+// `off` elements into its buffer (every element of the buffer filled).
 static th_buf *operand(th_ctx *ctx, mf_dtype dt, int nd, int64_t batch, int64_t batch_stride0, int64_t rows,
-                       int64_t cols, bool trans, int64_t pad, mf_tensor *view) {
+                       int64_t cols, bool trans, int64_t pad, int64_t off, mf_tensor *view) {
     int64_t srows = trans ? cols : rows, scols = trans ? rows : cols, ld = scols + pad;
     int64_t shape[3], stride[3];
+    if (off) {
+        const int64_t total = off + (srows - 1) * ld + scols, shape2[2] = {srows, scols}, stride2[2] = {ld, 1};
+        th_buf *b = th_buf_new(ctx, dt, total);
+        const mf_tensor all = th_view(ctx, b, 1, &total, NULL);
+        th_fill(ctx, b, &all, NULL);
+        *view = th_view(ctx, b, 2, shape2, stride2);
+        view->data = (char *)view->data + off * (int64_t)mf_dtype_size(dt);
+        if (trans) mf_tensor_transpose(view, 0, 1);
+        return b;
+    }
     if (nd == 3) {
         shape[0] = batch, shape[1] = srows, shape[2] = scols;
         stride[0] = batch_stride0 ? srows * ld : 0, stride[1] = ld, stride[2] = 1;
@@ -114,8 +126,10 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
     int64_t batch = p->batch ? p->batch : 1, m = p->m, n = p->n, k = p->k;
     mf_gemm_args args = {.alpha = p->alpha, .beta = p->beta, .epilogue = p->act};
     int64_t ab = p->bcast == BC_A1 ? 1 : batch, bb = p->bcast == BC_B1 ? 1 : batch;
-    th_buf *ba = operand(ctx, p->dt, nd, ab, 1, m, k, p->ta, p->pad_a, &args.a);
-    th_buf *bb_ = operand(ctx, p->mixed ? p->wt : p->dt, nd, bb, p->bcast != BC_B0, k, n, p->tb, p->pad_b, &args.b);
+    th_buf *ba = operand(ctx, p->dt, nd, ab, 1, m, k, p->ta, p->pad_a, 0, &args.a);
+    th_buf *bb_ = operand(ctx, p->mixed ? p->wt : p->dt, nd, bb, p->bcast != BC_B0, k, n, p->tb, p->pad_b, p->off_b,
+                          &args.b);
+    const int64_t b0 = p->off_b; // buffer offset of b's first element
     int64_t ldc = n + p->pad_c;
     int64_t cshape[3] = {batch, m, n}, cstride[3] = {m * ldc, ldc, 1};
     if (p->c_inter) cstride[0] = n, cstride[1] = batch * n + p->pad_c;
@@ -149,7 +163,8 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
         for (int64_t j = 0; j < n; j++) {
             double acc = 0;
             for (int64_t q = 0; q < k; q++)
-                acc += th_get(ba, q * A->stride[nd - 1]) * th_get(bb_, q * B->stride[nd - 2] + j * B->stride[nd - 1]);
+                acc += th_get(ba, q * A->stride[nd - 1]) *
+                       th_get(bb_, b0 + q * B->stride[nd - 2] + j * B->stride[nd - 1]);
             double v = (double)p->alpha * acc;
             if (p->beta != 0.0f) v += (double)p->beta * th_get(bc, j);
             th_set(bbias, bias0 + j, -v);
@@ -164,7 +179,7 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
                 double acc = 0, sabs = 0;
                 for (int64_t q = 0; q < k; q++) {
                     double x = th_get(ba, ao + i * A->stride[nd - 2] + q * A->stride[nd - 1]);
-                    double y = th_get(bb_, bo + q * B->stride[nd - 2] + j * B->stride[nd - 1]);
+                    double y = th_get(bb_, b0 + bo + q * B->stride[nd - 2] + j * B->stride[nd - 1]);
                     acc += x * y;
                     sabs += fabs(x * y);
                 }
@@ -223,7 +238,8 @@ static th_result run_gemm(th_ctx *ctx, const void *params) {
 }
 
 // Every f16 / bf16 bit pattern through the GEMM, exactly: b holds pattern j
-// in column j at row `pos` (0: a vector lane; 8: the scalar tail of k = 9)
+// in column j at row `pos` (0 and 9: an even and an odd element of a vector
+// load, which the skinny loops widen differently; 16: the scalar tail of k = 17)
 // and zeros elsewhere; every row of a is the unit row e_pos; so c (f32) must
 // be pattern j widened, bit for bit (NaN: any NaN; -0 comes out +0 as 0 + -0
 // does). b is a Linear weight (n, k) or row-major (k, n); n = 65541 also runs
@@ -239,7 +255,7 @@ typedef struct {
 
 static th_result run_gemm_widen(th_ctx *ctx, const void *params) {
     const widen_p *p = params;
-    const int64_t n = 65541, k = 9, m = p->panel ? 9 : 1;
+    const int64_t n = 65541, k = 17, m = p->panel ? 9 : 1;
     mf_gemm_args args = {.alpha = 1.0f, .beta = 0.0f};
     const int64_t ashape[2] = {m, k};
     th_buf *ba = th_tensor(ctx, p->panel ? MF_DTYPE_F32 : p->dt, 2, ashape, NULL, &args.a);
@@ -276,10 +292,11 @@ static void add_gemm(th_list *l, const gemm_p *p) {
         snprintf(pads, sizeof pads, ",pad_a=%lld,pad_b=%lld,pad_c=%lld", (long long)p->pad_a, (long long)p->pad_b,
                  (long long)p->pad_c);
     const char *bias = !p->bias ? "0" : p->cancel ? (p->bias_off ? "cancel_off" : "cancel") : p->bias_off ? "off" : "1";
-    char dt[32];
+    char dt[32], off[32] = "";
     snprintf(dt, sizeof dt, p->mixed ? "f32,b=%s" : "%s", mf_dtype_name(p->mixed ? p->wt : p->dt));
-    th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s%s,bias=%s,act=%s,alpha=%g,beta=%g%s)",
-           dt, mf_dtype_name(p->ct), (long long)p->m, (long long)p->n, (long long)p->k, th_b(p->ta), th_b(p->tb), batch, p->c_inter ? ",c_interleaved=1" : "", pads, bias,
+    if (p->off_b) snprintf(off, sizeof off, ",off_b=%lld", (long long)p->off_b);
+    th_add(l, run_gemm, p, sizeof *p, "gemm(dtype=%s,c=%s,m=%lld,n=%lld,k=%lld,ta=%d,tb=%d%s%s%s%s,bias=%s,act=%s,alpha=%g,beta=%g%s)",
+           dt, mf_dtype_name(p->ct), (long long)p->m, (long long)p->n, (long long)p->k, th_b(p->ta), th_b(p->tb), batch, p->c_inter ? ",c_interleaved=1" : "", pads, off, bias,
            p->act == MF_EPILOGUE_GELU ? "gelu" : "none", (double)p->alpha, (double)p->beta, gemv_names[p->gemv]);
 }
 
@@ -466,7 +483,7 @@ void th_cases_gemm(th_list *l) {
     //    the prefill panels of a 16-bit weight (section 9).
     for (int d = 0; d < 2; d++)
         for (int lin = 0; lin < 2; lin++)
-            for (int pos = 0; pos <= 8; pos += 8)
+            for (int pos = 0; pos <= 16; pos += pos ? 7 : 9)
                 for (int panel = 0; panel < 2; panel++) {
                     const widen_p w = {.dt = d ? MF_DTYPE_BF16 : MF_DTYPE_F16, .linear = lin, .pos = pos,
                                        .panel = panel};
@@ -502,4 +519,20 @@ void th_cases_gemm(th_list *l) {
                          .alpha = 1.0f, .beta = 0.0f};
             add_gemm(l, &pb);
         }
+
+    // 10. b's first element off a 32-byte boundary, its rows 32-byte multiples:
+    //     the CPU's row-major skinny loop starts its 16-column tiles at the
+    //     first boundary (3 elements into a 16-byte aligned host buffer: f32
+    //     1 or 5 columns before it, f16/bf16 5 or 13), so some columns
+    //     precede the tiles and some follow; k = 129 spans two of its k
+    //     chunks. A Linear weight (tb) at the same offsets.
+    static const mf_dtype od[] = {MF_DTYPE_F32, MF_DTYPE_F16, MF_DTYPE_BF16};
+    for (int d = 0; d < 3; d++)
+        for (int t = 0; t < 2; t++)
+            for (int m = 1; m <= 8; m += m < 3 ? 2 : 5) {
+                gemm_p po = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .mixed = d > 0, .wt = od[d], .m = m,
+                             .n = d ? 80 : 72, .k = 129, .tb = t == 1, .off_b = 3, .bias = m == 3, .alpha = 1.0f,
+                             .beta = m == 8 ? 0.5f : 0.0f};
+                add_gemm(l, &po);
+            }
 }

@@ -17,13 +17,15 @@
 // OpenBLAS's sgemm packs b on every call: at m = 2..8 it streamed a weight at
 // 4-6 GB/s on the dev VM, against sgemv's 14-18 at m = 1 (docs/notes/cpu.md).
 // These loops read b once for all m rows, in its own dtype (f16/bf16 widened
-// in registers, exactly), with 8-lane vectors: GCC/clang vector extensions,
-// AVX2 in the x86-64-v3 clone and two SSE halves in the baseline. Products
-// are added per lane in k order, then the lanes in a fixed tree, so both
-// clones give the same bits (no FP contraction under -std=c11).
+// in registers, exactly), 16 elements per load, with 8-lane vectors:
+// GCC/clang vector extensions, AVX2 in the x86-64-v3 clone and two SSE
+// halves in the baseline. Products are added per lane in k order, then the
+// lanes in a fixed tree, so both clones give the same bits (no FP
+// contraction under -std=c11).
 typedef float v8f __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef float v8f_un __attribute__((vector_size(32), aligned(4), may_alias)); // 8 floats at any float address
 #define SK_INLINE static inline __attribute__((always_inline))
 enum {
     SK_ROWS = 4,  // rows of a per pass: 4 x 2 accumulator vectors fit AVX2's 16 registers
@@ -33,12 +35,24 @@ enum {
     SK_KC = 128,  // b row-major: rows per chunk of k (its own partial sums)
 };
 
-// 8 elements of b at p as f32. f16: exponent and mantissa moved to the f32
-// position and scaled by 2^112 (exact for normals and subnormals alike);
-// Inf/NaN then get the all-ones exponent, and the sign goes back on.
-// (Vectors pass by pointer: by value, the baseline clone's ABI differs.)
-SK_INLINE void sk_load8(v8f *out, const char *p, mf_dtype dt) {
+// f16 bit patterns (one per 32-bit lane) as f32 bits: exponent and mantissa
+// moved to the f32 position and scaled by 2^112 (exact for normals and
+// subnormals alike); Inf/NaN then get the all-ones exponent, and the sign
+// goes back on. (Vectors pass by pointer: by value, the baseline clone's ABI
+// differs.)
+SK_INLINE void sk_f16_bits(v8u *u) {
+    const v8u h = *u, o = (h & 0x7fffu) << 13;
     v8f f;
+    memcpy(&f, &o, 32);
+    f *= 0x1p112f;
+    v8u r;
+    memcpy(&r, &f, 32);
+    const v8u special = (v8u)((o & 0x0f800000u) == 0x0f800000u); // half exponent 31
+    *u = r | (special & 0x7f800000u) | ((h & 0x8000u) << 16);
+}
+
+// 8 elements of b at p as f32, in order (the prefill panels' widening).
+SK_INLINE void sk_load8(v8f *out, const char *p, mf_dtype dt) {
     if (dt == MF_DTYPE_F32) {
         memcpy(out, p, 32);
         return;
@@ -46,18 +60,43 @@ SK_INLINE void sk_load8(v8f *out, const char *p, mf_dtype dt) {
     v8h h;
     memcpy(&h, p, 16);
     v8u u = __builtin_convertvector(h, v8u);
-    if (dt == MF_DTYPE_BF16) {
+    if (dt == MF_DTYPE_BF16)
         u <<= 16;
-    } else {
-        const v8u o = (u & 0x7fffu) << 13;
-        memcpy(&f, &o, 32);
-        f *= 0x1p112f;
-        v8u r;
-        memcpy(&r, &f, 32);
-        const v8u special = (v8u)((o & 0x0f800000u) == 0x0f800000u); // half exponent 31
-        u = r | (special & 0x7f800000u) | ((u & 0x8000u) << 16);
-    }
+    else
+        sk_f16_bits(&u);
     memcpy(out, &u, 32);
+}
+
+// 16 elements of b at p as f32 in two vectors (the skinny loops). f32:
+// elements 0..7, then 8..15. f16/bf16: the even elements, then the odd ones
+// ("sk order"): one 32-byte load split by a mask and a shift, where widening
+// 8 elements in order costs GCC 4 shuffles (2 loads, 2 pmovzx, an insert).
+// The loops lay out the other operand, or their sums, to match (sk_pos).
+SK_INLINE void sk_load16(v8f out[2], const char *p, mf_dtype dt) {
+    if (dt == MF_DTYPE_F32) {
+        memcpy(&out[0], p, 32);
+        memcpy(&out[1], p + 32, 32);
+        return;
+    }
+    v8u u, lo, hi;
+    memcpy(&u, p, 32);
+    if (dt == MF_DTYPE_BF16) {
+        lo = u << 16, hi = u & 0xffff0000u;
+    } else {
+        lo = u & 0xffffu, hi = u >> 16;
+        sk_f16_bits(&lo);
+        sk_f16_bits(&hi);
+    }
+    memcpy(&out[0], &lo, 32);
+    memcpy(&out[1], &hi, 32);
+}
+
+// Where element j of a run of 16-blocks sits in sk order (f16/bf16 b: the
+// blocks of a's rows for a Linear weight, and of the partial sums' columns
+// for a row-major b; elements past the last whole block stay in place).
+SK_INLINE int64_t sk_pos(int64_t j) {
+    const int64_t t = j & 15;
+    return (j - t) + (t & 1 ? 8 : 0) + (t >> 1);
 }
 
 // Element i of b at p as f32 (the tails).
@@ -83,26 +122,31 @@ SK_INLINE void sk_out(float *c, float acc, float alpha, float beta) {
 }
 
 // b a Linear weight, W (n, k) row-major: c[r][j] = a_r . W_j for M rows of a
-// and weight rows [j0, j1).
+// and weight rows [j0, j1). a's whole 16-blocks are in sk order for a 16-bit
+// W. Two sums per row (the 16 elements of a block), so that one row is not
+// bound by the latency of a single chain of adds.
 SK_INLINE void sk_nt(const int M, const mf_dtype dt, int64_t k, const float *a, int64_t lda, const char *w,
                      int64_t ldw, float alpha, float beta, float *c, int64_t ldc, int64_t j0, int64_t j1) {
     const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     for (int64_t j = j0; j < j1; j++) {
         const char *wj = w + j * ldw * es;
-        v8f acc[SK_ROWS];
-        for (int r = 0; r < M; r++) acc[r] = (v8f){0};
+        v8f acc[SK_ROWS][2];
+        for (int r = 0; r < M; r++) acc[r][0] = acc[r][1] = (v8f){0};
         int64_t i = 0;
-        for (; i + 8 <= k; i += 8) {
-            v8f wv;
-            sk_load8(&wv, wj + i * es, dt);
+        for (; i + 16 <= k; i += 16) {
+            v8f wv[2];
+            sk_load16(wv, wj + i * es, dt);
             for (int r = 0; r < M; r++) {
-                v8f av;
-                memcpy(&av, a + r * lda + i, 32);
-                acc[r] += av * wv;
+                v8f a0, a1;
+                memcpy(&a0, a + r * lda + i, 32);
+                memcpy(&a1, a + r * lda + i + 8, 32);
+                acc[r][0] += a0 * wv[0];
+                acc[r][1] += a1 * wv[1];
             }
         }
         for (int r = 0; r < M; r++) {
-            float s = sk_hsum(&acc[r]);
+            const v8f v = acc[r][0] + acc[r][1];
+            float s = sk_hsum(&v);
             for (int64_t t = i; t < k; t++) s += a[r * lda + t] * sk_load1(wj, dt, t);
             sk_out(c + r * ldc + j, s, alpha, beta);
         }
@@ -110,47 +154,72 @@ SK_INLINE void sk_nt(const int M, const mf_dtype dt, int64_t k, const float *a, 
 }
 
 // b row-major (k, n), rows [i0, i1) of a panel, columns [j, j + 16): G rows
-// of a add into their sums in c (rows r < G at c + r * ldc).
+// of a add into their sums in c (rows r < G at c + r * ldc; a 16-bit b's
+// columns in sk order). The sums move as whole vectors (v8f_un): through
+// memcpy, GCC 12 copied them to the stack in 16-byte pieces and loaded
+// them back 32 bytes at a time, which store forwarding cannot serve (a
+// stall per tile).
 SK_INLINE void sk_nn_tile(const int G, const mf_dtype dt, int64_t i0, int64_t i1, const float *a, int64_t lda,
                           const char *b, int64_t ldb, float *c, int64_t ldc, int64_t j) {
     const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     v8f s[SK_ROWS][2];
-    for (int r = 0; r < G; r++) memcpy(s[r], c + r * ldc + j, 64);
+    for (int r = 0; r < G; r++) {
+        s[r][0] = *(const v8f_un *)(c + r * ldc + j);
+        s[r][1] = *(const v8f_un *)(c + r * ldc + j + 8);
+    }
     for (int64_t i = i0; i < i1; i++) {
-        const char *bi = b + (i * ldb + j) * es;
-        v8f b0, b1;
-        sk_load8(&b0, bi, dt);
-        sk_load8(&b1, bi + 8 * es, dt);
+        v8f bv[2];
+        sk_load16(bv, b + (i * ldb + j) * es, dt);
         for (int r = 0; r < G; r++) {
             const float x = a[r * lda + i];
             const v8f xv = {x, x, x, x, x, x, x, x};
-            s[r][0] += xv * b0;
-            s[r][1] += xv * b1;
+            s[r][0] += xv * bv[0];
+            s[r][1] += xv * bv[1];
         }
     }
-    for (int r = 0; r < G; r++) memcpy(c + r * ldc + j, s[r], 64);
+    for (int r = 0; r < G; r++) {
+        *(v8f_un *)(c + r * ldc + j) = s[r][0];
+        *(v8f_un *)(c + r * ldc + j + 8) = s[r][1];
+    }
+}
+
+// Columns of a row-major b at p (row stride ld_bytes, element size es,
+// n columns) before its first 32-byte boundary, when every row has the same
+// offset from one: the 16-column tiles then start there and no load of 16
+// elements spans two cache lines. (A safetensors file only aligns its data
+// to 8 bytes. On the dev VM a bf16 768-column b at 8 rows ran 15-40% slower
+// from DRAM at an offset of 8 or 16 bytes.) Else 0.
+SK_INLINE int64_t sk_head(const char *p, int64_t ld_bytes, int64_t es, int64_t n) {
+    const int64_t off = (int64_t)((uintptr_t)p % 32);
+    if (ld_bytes % 32 || off % es) return 0;
+    const int64_t h = (32 - off) % 32 / es;
+    return h < n ? h : n;
 }
 
 // b row-major (k, n): adds a @ b into c's columns [j0, j1) for G1 + G2 rows
 // of a (sk_gemm passes all columns of a chunk of k rows). Panels of SK_KB
 // rows (SK_KB sequential streams), the sums kept in c; the second group of
-// rows finds the panel's 16 columns in L1.
+// rows finds the panel's 16 columns in L1. Tiles of 16 columns from the
+// first 32-byte boundary (sk_head); the columns before and after them one
+// at a time.
 SK_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, const float *a, int64_t lda,
                      const char *b, int64_t ldb, float *c, int64_t ldc, int64_t j0, int64_t j1) {
-    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2, w = j1 - j0, wv = w / SK_NB * SK_NB;
-    const char *bj = b + j0 * es;
-    float *cj = c + j0;
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
+    const int64_t h = j0 + sk_head(b + j0 * es, ldb * es, es, j1 - j0), wv = (j1 - h) / SK_NB * SK_NB;
     for (int64_t i0 = 0; i0 < k; i0 += SK_KB) {
         const int64_t i1 = i0 + SK_KB < k ? i0 + SK_KB : k;
-        for (int64_t j = 0; j < wv; j += SK_NB) {
-            sk_nn_tile(G1, dt, i0, i1, a, lda, bj, ldb, cj, ldc, j);
-            if (G2) sk_nn_tile(G2, dt, i0, i1, a + G1 * lda, lda, bj, ldb, cj + G1 * ldc, ldc, j);
+        for (int64_t j = h; j < h + wv; j += SK_NB) {
+            sk_nn_tile(G1, dt, i0, i1, a, lda, b, ldb, c, ldc, j);
+            if (G2) sk_nn_tile(G2, dt, i0, i1, a + G1 * lda, lda, b, ldb, c + G1 * ldc, ldc, j);
         }
-        for (int64_t j = wv; j < w; j++) // the last columns, one at a time
+        for (int64_t j = j0; j < j1; j++) { // the columns outside the tiles
+            if (j == h) j += wv;
+            if (j == j1) break;
             for (int64_t i = i0; i < i1; i++) {
-                const float bv = sk_load1(bj, dt, i * ldb + j);
-                for (int r = 0; r < G1 + G2; r++) cj[r * ldc + j] += a[r * lda + i] * bv;
+                const float bv = sk_load1(b, dt, i * ldb + j);
+                for (int r = 0; r < G1 + G2; r++) c[r * ldc + j] += a[r * lda + i] * bv;
             }
+        }
     }
 }
 
@@ -194,12 +263,13 @@ MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, c
 #undef SK_DT
 
 // c (m <= 8 rows, f32, row stride ldc) = alpha a @ b + beta c; a f32 row-major
-// (m, k); b (k, n) in dtype dt: a Linear weight W (n, k) (linear) or
-// row-major. A Linear weight: tasks of 16 weight rows. Row-major: chunks of
-// SK_KC rows of b (a run of whole rows, contiguous: one sequential stream per
-// thread, where a split of the columns read 0.75-1.5 KB pieces of each row),
-// each summed into its own (m, n) f32 partial in part (sk_part_floats), then
-// the partials added in chunk order: the same bits for any thread count.
+// (m, k), in sk order for a 16-bit Linear weight (sk_order_rows); b (k, n)
+// in dtype dt: a Linear weight W (n, k) (linear) or row-major. A Linear
+// weight: tasks of 16 weight rows. Row-major: chunks of SK_KC rows of b (a
+// run of whole rows, contiguous: one sequential stream per thread, where a
+// split of the columns read 0.75-1.5 KB pieces of each row), each summed
+// into its own (m, n) f32 partial in part (sk_part_floats), then the
+// partials added in chunk order: the same bits for any thread count.
 static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                     const void *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc, float *part) {
     if (linear) {
@@ -221,11 +291,15 @@ static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, c
             memset(pq, 0, (size_t)(m * n) * sizeof(float));
             sk_task(false, dt, m, kc, a + i0, lda, (const char *)b + i0 * ldb * es, ldb, alpha, beta, pq, n, 0, n);
         }
+        // the columns of sk_nn's tiles, in sk order for a 16-bit b: [h, h + nsk)
+        const int64_t h = sk_head((const char *)b, ldb * es, es, n);
+        const int64_t nsk = dt == MF_DTYPE_F32 ? 0 : (n - h) / SK_NB * SK_NB;
 #pragma omp for schedule(static)
         for (int64_t e = 0; e < m * n; e++) { // c = alpha (partials in chunk order) + beta c
-            float sum = part[e];
-            for (int64_t q = 1; q < chunks; q++) sum += part[q * m * n + e];
-            float *ce = c + e / n * ldc + e % n;
+            const int64_t r = e / n, j = e % n, src = r * n + (j >= h && j - h < nsk ? h + sk_pos(j - h) : j);
+            float sum = part[src];
+            for (int64_t q = 1; q < chunks; q++) sum += part[q * m * n + src];
+            float *ce = c + r * ldc + j;
             *ce = beta == 0.0f ? alpha * sum : alpha * sum + beta * *ce;
         }
     }
@@ -245,6 +319,17 @@ static void widen_rows(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, i
     }
     for (int64_t c = 0; c < cols; c++) // column-major: column c is contiguous
         for (int64_t r = 0; r < rows; r++) dst[r * cols + c] = mf_load_f32(base, t->dtype, c * l->ld + r);
+}
+
+// Rows of a (m, k) packed f32, their whole 16-blocks put in sk order in place
+// (for a 16-bit Linear weight).
+static void sk_order_rows(float *a, int64_t m, int64_t k) {
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i + 16 <= k; i += 16) {
+            float t[16];
+            for (int64_t e = 0; e < 16; e++) t[sk_pos(e)] = a[r * k + i + e];
+            memcpy(a + r * k + i, t, sizeof t);
+        }
 }
 
 // n contiguous f16/bf16/f32 values at src as f32 (exact), 8 lanes at a time.
@@ -302,7 +387,9 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     // packed f32 rows when it is not. (A row-major b took sgemm at 5..8 rows
     // until its loop split k: docs/notes/cpu.md.)
     const bool skinny = k > 0 && m <= 8 && (b_wide || m > 1);
-    const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major)), stage_b = b_wide && !skinny && k > 0;
+    const bool sk_order_a = skinny && lb.col_major && b_wide; // a's blocks match a 16-bit W's loads
+    const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major) || sk_order_a);
+    const bool stage_b = b_wide && !skinny && k > 0;
     const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
     // b's panel: nb columns of b (k x nb f32), for a 16-bit b outside the skinny loops
     const int64_t nb_big = (WIDE_PANEL / (k > 0 ? k : 1) + 63) / 64 * 64;
@@ -346,6 +433,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         blasint lda = (blasint)la.ld;
         if (stage_a && skinny) {
             widen_rows(&p->a, &la, bt, m, k, wa);
+            if (sk_order_a) sk_order_rows(wa, m, k);
             A = wa, ta = CblasNoTrans, lda = (blasint)k;
         } else if (stage_a) {
             widen_lines(&p->a, &la, bt, 0, la.col_major ? k : m, 0, la.col_major ? m : k, wa);
