@@ -349,17 +349,62 @@ MF_CPU_HOT static void widen_line(float *dst, const char *src, mf_dtype dt, int6
 // l->col_major: the layout is kept (the caller passes CblasTrans for
 // col_major), so each line is one contiguous read.
 static void widen_lines(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, int64_t l0, int64_t l1, int64_t c0,
-                        int64_t len, float *dst) {
+                        int64_t len, float *dst, bool par) {
     const int64_t es = (int64_t)mf_dtype_size(t->dtype);
     const char *base = (const char *)t->data + bt * l->batch_stride * es;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t i = l0; i < l1; i++) widen_line(dst + (i - l0) * len, base + (i * l->ld + c0) * es, t->dtype, len);
 }
 
 // A 16-bit b (a weight with m > 8 rows of a: prefill) is widened in panels of
-// columns of at most this many f32 elements (8 MB: the whole weight would
-// take 4x its own size, 154 MB for GPT-2's LM head), each followed by sgemm.
-enum { WIDE_PANEL = 2 << 20 };
+// columns, at most this many f32 elements for all threads together (16 MB:
+// the whole weight would take 4x its own size, 154 MB for GPT-2's LM head;
+// 8 MB made 4 panels of 192 columns of a 3072 x 768 b on 2 threads, whose
+// short row segments widened slower: 3.2 against 2.7 ms per call at m = 32).
+enum { WIDE_PANEL = 4 << 20 };
+
+// Columns per panel of a 16-bit b (k x n) for `threads` threads: a multiple
+// of 16, and a multiple of `threads` panels of equal width, so that the
+// threads finish together.
+static int64_t wide_panel_cols(int64_t k, int64_t n, int threads) {
+    int64_t per = WIDE_PANEL / threads / (k > 0 ? k : 1); // one thread's staging
+    per = per < 16 ? 16 : per;
+    int64_t panels = (n + per - 1) / per;
+    panels = (panels + threads - 1) / threads * threads;
+    const int64_t nb = ((n + panels - 1) / panels + 15) / 16 * 16;
+    return nb < n ? nb : n;
+}
+
+// c (m x n, row stride ldo) = alpha a @ b + beta c for a 16-bit b, matrix bt
+// of p->b: each thread widens its panels of b's columns (its own staging,
+// k x nb f32 at wb + thread * k * nb) and multiplies them with a
+// single-threaded sgemm. One pool of threads: widening on OpenMP's threads
+// and then sgemm on OpenBLAS's own made them fight for the cores (libgomp's
+// threads spin after a region): on the dev VM a bf16 768 x 3072 weight at
+// m = 512 took 32-36 ms per call, 20-23 with OMP_WAIT_POLICY=passive, and
+// f32 sgemm 19-20.
+static void wide_b_gemm(const mf_gemm_args *p, const mf_mat_layout *lb, int64_t bt, int64_t m, int64_t n,
+                        int64_t k, const float *A, CBLAS_TRANSPOSE ta, blasint lda, float beta, float *out,
+                        blasint ldo, float *wb, int64_t nb, int threads) {
+    const int64_t panels = (n + nb - 1) / nb;
+    const bool par = threads > 1 && panels > 1;
+    const int blas_threads = openblas_get_num_threads();
+    if (par && blas_threads > 1) openblas_set_num_threads(1);
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (par)
+    for (int64_t q = 0; q < panels; q++) {
+        const int64_t j0 = q * nb, w = n - j0 < nb ? n - j0 : nb;
+        float *buf = wb + (int64_t)omp_get_thread_num() * k * nb;
+        // b's layout kept: a Linear weight's rows (col_major) or segments of
+        // a row-major b's rows
+        if (lb->col_major)
+            widen_lines(&p->b, lb, bt, j0, j0 + w, 0, k, buf, false);
+        else
+            widen_lines(&p->b, lb, bt, 0, k, j0, w, buf, false);
+        cblas_sgemm(CblasRowMajor, ta, lb->col_major ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)w,
+                    (blasint)k, p->alpha, A, lda, buf, (blasint)(lb->col_major ? k : w), beta, out + j0, ldo);
+    }
+    if (par && blas_threads > 1) openblas_set_num_threads(blas_threads);
+}
 
 // row[0..n) = gelu?(row + bias).
 MF_CPU_HOT static void epilogue_row(float *row, const float *bias, bool gelu, int64_t n) {
@@ -392,11 +437,11 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const bool stage_b = b_wide && !skinny && k > 0;
     const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
     // b's panel: nb columns of b (k x nb f32), for a 16-bit b outside the skinny loops
-    const int64_t nb_big = (WIDE_PANEL / (k > 0 ? k : 1) + 63) / 64 * 64;
-    const int64_t nb_max = !stage_b ? 0 : k * n <= WIDE_PANEL || nb_big > n ? n : nb_big;
+    const int threads = stage_b ? omp_get_max_threads() : 1;
+    const int64_t nb = stage_b ? wide_panel_cols(k, n, threads) : 0;
     float *wa = NULL, *wb = NULL, *tc = NULL, *part = NULL;
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
-    if (stage_b) wb = mf_malloc((size_t)(k * nb_max) * sizeof(float));
+    if (stage_b) wb = mf_malloc((size_t)(threads * k * nb) * sizeof(float));
     if (stage_part) part = mf_malloc((size_t)sk_part_floats(m, n, k) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
     if ((stage_a && !wa) || (stage_b && !wb) || (stage_part && !part) || (!c_f32 && !tc)) {
@@ -436,7 +481,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
             if (sk_order_a) sk_order_rows(wa, m, k);
             A = wa, ta = CblasNoTrans, lda = (blasint)k;
         } else if (stage_a) {
-            widen_lines(&p->a, &la, bt, 0, la.col_major ? k : m, 0, la.col_major ? m : k, wa);
+            widen_lines(&p->a, &la, bt, 0, la.col_major ? k : m, 0, la.col_major ? m : k, wa, true);
             A = wa, lda = (blasint)(la.col_major ? m : k);
         }
         char *C = (char *)p->c.data + bt * c_bstride * (int64_t)csz;
@@ -456,17 +501,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
             const char *b = (const char *)p->b.data + bt * lb.batch_stride * (int64_t)mf_dtype_size(p->b.dtype);
             sk_gemm(lb.col_major, p->b.dtype, m, n, k, A, lda, b, lb.ld, p->alpha, beta, out, ldo, part);
         } else if (stage_b) {
-            // panels of nb columns of b, widened with b's layout kept: a Linear
-            // weight's rows (col_major) or segments of a row-major b's rows
-            for (int64_t j0 = 0; j0 < n; j0 += nb_max) {
-                const int64_t nb = n - j0 < nb_max ? n - j0 : nb_max;
-                if (lb.col_major)
-                    widen_lines(&p->b, &lb, bt, j0, j0 + nb, 0, k, wb);
-                else
-                    widen_lines(&p->b, &lb, bt, 0, k, j0, nb, wb);
-                cblas_sgemm(CblasRowMajor, ta, lb.col_major ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)nb,
-                            (blasint)k, p->alpha, A, lda, wb, (blasint)(lb.col_major ? k : nb), beta, out + j0, ldo);
-            }
+            wide_b_gemm(p, &lb, bt, m, n, k, A, ta, lda, beta, out, ldo, wb, nb, threads);
         } else if (k > 0) {
             const float *B = (const float *)p->b.data + bt * lb.batch_stride;
             const CBLAS_TRANSPOSE tb = lb.col_major ? CblasTrans : CblasNoTrans;
