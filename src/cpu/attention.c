@@ -288,8 +288,7 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
     threads = omp_get_max_threads();
 #endif
     const bool par = threads > 1 && n_items > 1;
-    const int blas_threads = openblas_get_num_threads();
-    if (par && blas_threads > 1) openblas_set_num_threads(1);
+    const int blas_threads = mf_cpu_blas_serial(par);
     int oom = 0;
 #pragma omp parallel if (par)
     {
@@ -308,7 +307,7 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
             if (buf) run_item(&G, &items[i], &w);
         free(buf);
     }
-    if (par && blas_threads > 1) openblas_set_num_threads(blas_threads);
+    mf_cpu_blas_restore(blas_threads);
     free(items);
     free(seq);
     if (oom)

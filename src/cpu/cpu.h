@@ -31,6 +31,12 @@ void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_
 // rounded to nearest even (NaN stays NaN). copy.c.
 void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n);
 
+// Around an OpenMP region whose threads each call sgemm (one pool of threads
+// for the cores): OpenBLAS set to one thread when `par`; returns what
+// mf_cpu_blas_restore puts back (0: nothing changed). gemm.c.
+int mf_cpu_blas_serial(bool par);
+void mf_cpu_blas_restore(int saved);
+
 #ifdef __cplusplus
 }
 #endif

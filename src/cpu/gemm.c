@@ -363,6 +363,17 @@ static void widen_lines(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, 
 // short row segments widened slower: 3.2 against 2.7 ms per call at m = 32).
 enum { WIDE_PANEL = 4 << 20 };
 
+int mf_cpu_blas_serial(bool par) {
+    const int threads = openblas_get_num_threads();
+    if (!par || threads <= 1) return 0;
+    openblas_set_num_threads(1);
+    return threads;
+}
+
+void mf_cpu_blas_restore(int saved) {
+    if (saved > 0) openblas_set_num_threads(saved);
+}
+
 // Columns per panel of a 16-bit b (k x n) for `threads` threads: a multiple
 // of 16, and a multiple of `threads` panels of equal width, so that the
 // threads finish together.
@@ -388,8 +399,7 @@ static void wide_b_gemm(const mf_gemm_args *p, const mf_mat_layout *lb, int64_t 
                         blasint ldo, float *wb, int64_t nb, int threads) {
     const int64_t panels = (n + nb - 1) / nb;
     const bool par = threads > 1 && panels > 1;
-    const int blas_threads = openblas_get_num_threads();
-    if (par && blas_threads > 1) openblas_set_num_threads(1);
+    const int blas_threads = mf_cpu_blas_serial(par);
 #pragma omp parallel for schedule(static, 1) num_threads(threads) if (par)
     for (int64_t q = 0; q < panels; q++) {
         const int64_t j0 = q * nb, w = n - j0 < nb ? n - j0 : nb;
@@ -403,7 +413,7 @@ static void wide_b_gemm(const mf_gemm_args *p, const mf_mat_layout *lb, int64_t 
         cblas_sgemm(CblasRowMajor, ta, lb->col_major ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)w,
                     (blasint)k, p->alpha, A, lda, buf, (blasint)(lb->col_major ? k : w), beta, out + j0, ldo);
     }
-    if (par && blas_threads > 1) openblas_set_num_threads(blas_threads);
+    mf_cpu_blas_restore(blas_threads);
 }
 
 // row[0..n) = gelu?(row + bias).
