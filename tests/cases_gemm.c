@@ -495,8 +495,9 @@ void th_cases_gemm(th_list *l) {
     // 9. A 16-bit weight b with f32 a and c (the CPU keeps a checkpoint's
     //    bf16/f16 weights; CUDA refuses): the skinny loops (m <= 8) and the
     //    panels of widened columns before sgemm (m > 8), one panel and several
-    //    (k n over 2^21 elements: 8200 columns of k = 257 take a panel of 8192
-    //    and a tail of 8), both b layouts, a column-major a, padded rows,
+    //    (8200 columns of k = 257 make one panel per thread on 2..4 threads,
+    //    the last one narrower: 4112 + 4088 on 2), both b layouts, a
+    //    column-major a, padded rows,
     //    bias, GELU, beta; batched with a shared weight.
     static const int64_t mx[][3] = {{1, 129, 65}, {3, 70, 33}, {8, 33, 129}, {9, 65, 129}, {37, 200, 257},
                                     {9, 8200, 257}};
