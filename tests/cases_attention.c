@@ -681,6 +681,35 @@ void th_cases_attention(th_list *l) {
         p.scale = 1.0f, p.outliers = true, p.lse = true;
         add_case(l, &p);
     }
+    // 7. The CPU's decode path (q_len x grp <= 8 rows per kv head): chunks of
+    //    128 keys read key by key for all heads, merged per row afterwards;
+    //    passes of up to 4 rows of a kv head (grp 3, 5, 8 leave short
+    //    passes); head dims with a 16-block tail (40 = 2 x 16 + 8, 24, 13:
+    //    scalar only); chunks a window or a causal edge cuts; q, k, v as
+    //    columns of one fused buffer (k/v row stride past the heads).
+    {
+        const int64_t qd[4] = {1, 1, 1, 1}, kd[4] = {700, 1000, 129, 128};
+        at_p p = var_case(MF_DTYPE_BF16, AM_CACHE, 4, qd, kd, 8, 1, 128, true);
+        p.window = 100, p.permute = true, p.lse = true, p.outliers = true;
+        add_case(l, &p);
+        p = fixed_case(MF_DTYPE_F32, 2, 2, 257, 6, 2, 13, true);
+        p.scale = -0.7f, p.lse = true, p.outliers = true;
+        add_case(l, &p);
+        const int64_t qv[4] = {1, 0, 1, 1}, kv[4] = {300, 5, 0, 129};
+        p = var_case(MF_DTYPE_F16, AM_PACKED, 4, qv, kv, 10, 2, 40, false);
+        p.lse = true;
+        add_case(l, &p);
+        const int64_t qs[3] = {8, 8, 3}, ks[3] = {1000, 5, 130};
+        p = var_case(MF_DTYPE_BF16, AM_CACHE, 3, qs, ks, 3, 3, 24, true);
+        p.permute = true, p.lse = true;
+        add_case(l, &p);
+        const int64_t qf[3] = {4, 0, 3};
+        for (int t = 0; t < 2; t++) {
+            p = var_case(t ? MF_DTYPE_BF16 : MF_DTYPE_F32, AM_PACKED, 3, qf, qf, 4, 2, 64, true);
+            p.fused = true, p.lse = true;
+            add_case(l, &p);
+        }
+    }
     at_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "attention(validation)");
 }

@@ -18,6 +18,9 @@
 // place); all math is f32. OpenBLAS runs single-threaded inside the
 // parallel region (its own threads would fight OpenMP's for the cores).
 //
+// Decode (at most kDecodeRows query rows per kv head: q_len * grp) takes a
+// second path, key-major, without BLAS: see "Decode path" below.
+//
 // Index arrays are host memory here: their values are checked before
 // anything is written.
 #include <cblas.h>
@@ -31,11 +34,13 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "cpu/cpu.h"
+#include "cpu/skinny.h"
 #include "cpu/vmath.h"
 
 // Keys per block: 128 keeps the S tile (M x BN floats) in L2 for prefill
-// tiles (M ~ 128); decode tiles (M = grp <= 32 rows) take 512 so that each
-// sgemm call does 4x the work (OpenBLAS's per-call cost dominates at M = 4).
+// tiles (M ~ 128); tiles of at most 32 rows (short chunks over a cache with
+// more rows than the decode path takes) use 512, so that each sgemm call
+// does 4x the work (OpenBLAS's per-call cost dominates at small M).
 enum { kBlockN = 128, kBlockNDecode = 512 };
 
 // Query rows per tile: about 128 (query x head) rows, at least 8 queries, at
@@ -88,6 +93,27 @@ static inline void visible(const mf_attention_args *p, int64_t q_len, int64_t k_
 typedef struct {
     float *q, *o, *s, *k, *v, *m, *l;
 } att_scratch;
+
+// Whether a parallel region is worth it: more than one thread and `work`.
+static bool use_threads(bool work) {
+#ifdef _OPENMP
+    return work && omp_get_max_threads() > 1;
+#else
+    (void)work;
+    return false;
+#endif
+}
+
+// A thread's scratch inside a parallel region (NULL and *oom set when out
+// of memory: the thread then skips its items and the op fails after).
+static float *thread_scratch(size_t floats, int *oom) {
+    float *buf = mf_malloc(floats * sizeof(float));
+    if (!buf) {
+#pragma omp atomic write
+        *oom = 1;
+    }
+    return buf;
+}
 
 // s[c] = exp(s[c] - m) for s[c] <= m (masked: -inf -> 0) with the
 // vectorising exp of src/cpu/vmath.h (libm's expf is one call per score).
@@ -183,6 +209,232 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
     }
 }
 
+// ---------------------------------------------------------------------------
+// Decode path. A work item is one chunk of kDecodeChunk keys of one sequence,
+// for all its queries and heads: it reads each K row and then each V row
+// whole and in order (all kv heads of a key lie side by side in a KV cache)
+// and leaves, per (query, head) row, the chunk's max m, sum l = sum_j
+// exp(s_j - m) and unnormalised O = sum_j exp(s_j - m) v_j. A second pass
+// merges a row's chunks in key order. Per-head tiles would read a 128-256
+// byte slice of every row, one head per thread; on the 2-core dev VM such
+// strided reads ran at 2-3 GB/s against 13-16 GB/s for whole rows (notes:
+// docs/notes/cpu.md). Chunk bounds are fixed key positions, so the result
+// does not depend on the thread count. Row r of an item or partial is query
+// r / H, head r % H.
+enum { kDecodeRows = 8, kDecodeChunk = 128, kDecodePanel = 8 };
+
+typedef struct {
+    int32_t b;
+    int64_t j0, j1; // keys [j0, j1) of sequence b
+} dec_item;
+
+typedef struct {
+    float *q, *s, *t; // q: (R, D) widened; s: (R, kDecodeChunk) scores; t: (D) a row in sk order or out of it
+} dec_scratch;
+
+// A row of D f32 into sk order (to_sk) or back: only for f16/bf16 K/V, whose
+// 16-blocks v8_load16 delivers even elements first.
+static void dec_sk(float *dst, const float *src, int64_t D, bool to_sk) {
+    for (int64_t e = 0; e < D; e++) {
+        const int64_t at = e < D / 16 * 16 ? v8_pos(e) : e;
+        if (to_sk)
+            dst[at] = src[e];
+        else
+            dst[e] = src[at];
+    }
+}
+
+// Row r of a chunk is query r / H, head r % H, kv head (r % H) / grp: a kv
+// head's grp rows of a query are adjacent and share each load of K / V
+// (the skinny kernels of src/cpu/skinny.h, in passes of up to SK_ROWS rows,
+// instantiated per pass height and dtype).
+#define DEC_PASSES(CALL)                                                                                     \
+    for (int64_t i = 0, r = 0; i < nq; i++)                                                                  \
+        for (int64_t g = 0; g < KVH; g++)                                                                    \
+            for (int64_t n, h0 = 0; h0 < grp; h0 += n, r += n) {                                             \
+                n = grp - h0 < SK_ROWS ? grp - h0 : SK_ROWS;                                                 \
+                switch (n) {                                                                                 \
+                case 1: CALL(1); break;                                                                      \
+                case 2: CALL(2); break;                                                                      \
+                case 3: CALL(3); break;                                                                      \
+                default: CALL(4); break;                                                                     \
+                }                                                                                            \
+            }
+
+// One key (kv head g at k + g * khs bytes): s[r * kDecodeChunk] = scale q_r . k_{head(r)}.
+V8_INLINE void dec_qk_t(mf_dtype dt, const float *q, int64_t nq, int64_t KVH, int64_t grp, int64_t D, const char *k,
+                        int64_t khs, float scale, float *s) {
+#define QK(NR) sk_nt(NR, dt, D, q + r * D, D, k + g * khs, 0, scale, 0.0f, s + r * kDecodeChunk, kDecodeChunk, 0, 1)
+    DEC_PASSES(QK)
+#undef QK
+}
+
+// nk <= kDecodePanel keys (key i's kv head g at v + i * vrs elements + g * vhs bytes):
+// o_r += sum_i p[r * kDecodeChunk + i] v_{i, head(r)}, 16 columns at a time
+// in registers, the columns past the last 16 one by one.
+V8_INLINE void dec_pv_t(mf_dtype dt, const float *p, int64_t nq, int64_t KVH, int64_t grp, int64_t D, const char *v,
+                        int64_t vrs, int64_t vhs, int64_t nk, float *o) {
+#define PV(NR)                                                                                                 \
+    for (int64_t d = 0; d + 16 <= D; d += 16)                                                                \
+        sk_nn_tile(NR, dt, 0, nk, p + r * kDecodeChunk, kDecodeChunk, v + g * vhs, vrs, o + r * D, D, d);   \
+    for (int64_t d = D / 16 * 16; d < D; d++)                                                                \
+        for (int64_t c = 0; c < nk; c++)                                                                     \
+            for (int64_t e = 0; e < NR; e++)                                                                 \
+                o[(r + e) * D + d] += p[(r + e) * kDecodeChunk + c] * v8_load1(v + g * vhs, dt, c * vrs + d)
+    DEC_PASSES(PV)
+#undef PV
+}
+#undef DEC_PASSES
+
+MF_CPU_HOT static void dec_qk(mf_dtype dt, const float *q, int64_t nq, int64_t KVH, int64_t grp, int64_t D,
+                              const char *k, int64_t khs, float scale, float *s) {
+    if (dt == MF_DTYPE_BF16)
+        dec_qk_t(MF_DTYPE_BF16, q, nq, KVH, grp, D, k, khs, scale, s);
+    else if (dt == MF_DTYPE_F16)
+        dec_qk_t(MF_DTYPE_F16, q, nq, KVH, grp, D, k, khs, scale, s);
+    else
+        dec_qk_t(MF_DTYPE_F32, q, nq, KVH, grp, D, k, khs, scale, s);
+}
+MF_CPU_HOT static void dec_pv(mf_dtype dt, const float *p, int64_t nq, int64_t KVH, int64_t grp, int64_t D,
+                              const char *v, int64_t vrs, int64_t vhs, int64_t nk, float *o) {
+    if (dt == MF_DTYPE_BF16)
+        dec_pv_t(MF_DTYPE_BF16, p, nq, KVH, grp, D, v, vrs, vhs, nk, o);
+    else if (dt == MF_DTYPE_F16)
+        dec_pv_t(MF_DTYPE_F16, p, nq, KVH, grp, D, v, vrs, vhs, nk, o);
+    else
+        dec_pv_t(MF_DTYPE_F32, p, nq, KVH, grp, D, v, vrs, vhs, nk, o);
+}
+
+// One chunk: partial m, l (R floats each) and O (R x D) at pm, pl, po.
+static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w, float *pm, float *pl, float *po) {
+    const mf_attention_args *p = G->p;
+    const att_seq *s = &G->seq[it->b];
+    const int64_t H = G->H, D = G->D, grp = G->grp, R = s->q_len * H, nb = it->j1 - it->j0;
+    const mf_dtype dt = p->q.dtype;
+    for (int64_t i = 0; i < s->q_len; i++)
+        for (int64_t h = 0; h < H; h++) {
+            float *qr = w->q + (i * H + h) * D;
+            mf_cpu_to_f32(dt == MF_DTYPE_F32 ? qr : w->t, p->q.data, dt,
+                          row_off(G, s, it->b, i, G->q_rs, G->q_bs) + h * G->q_hs, D);
+            if (dt != MF_DTYPE_F32) dec_sk(qr, w->t, D, true);
+        }
+    const int64_t es = (int64_t)mf_dtype_size(dt);
+    const char *kb = (const char *)p->k.data + (s->kbase + it->j0 * G->k_rs) * es;
+    const char *vb = (const char *)p->v.data + (s->vbase + it->j0 * G->v_rs) * es;
+    for (int64_t j = 0; j < nb; j++)
+        dec_qk(dt, w->q, s->q_len, G->KVH, grp, D, kb + j * G->k_rs * es, G->k_hs * es, G->scale, w->s + j);
+    for (int64_t r = 0; r < R; r++) {
+        float *sr = w->s + r * kDecodeChunk;
+        int64_t lo, hi;
+        visible(p, s->q_len, s->k_len, r / H, &lo, &hi);
+        const int64_t c0 = lo - it->j0, c1 = hi - it->j0;
+        for (int64_t c = 0; c < nb && c < c0; c++) sr[c] = -INFINITY;
+        for (int64_t c = c1 > 0 ? c1 : 0; c < nb; c++) sr[c] = -INFINITY;
+        pm[r] = mf_row_max(sr, nb);
+        if (pm[r] == -INFINITY) {
+            memset(sr, 0, (size_t)nb * sizeof(float));
+            pl[r] = 0.0f;
+        } else {
+            exp_row(sr, nb, pm[r]);
+            pl[r] = mf_row_sum(sr, nb);
+        }
+    }
+    memset(po, 0, (size_t)(R * D) * sizeof(float));
+    for (int64_t j = 0; j < nb; j += kDecodePanel) // panels of whole rows of V (all kv heads)
+        dec_pv(dt, w->s + j, s->q_len, G->KVH, grp, D, vb + j * G->v_rs * es, G->v_rs, G->v_hs * es,
+               nb - j < kDecodePanel ? nb - j : kDecodePanel, po);
+}
+
+// Merges the chunks [t0, t1) of sequence b (partials of Rmax rows each) into o and lse.
+static void dec_merge(const att_geom *G, int32_t b, int64_t t0, int64_t t1, int64_t Rmax, const float *pm,
+                      const float *pl, const float *po, const dec_scratch *w) {
+    float *orow = w->q;
+    const mf_attention_args *p = G->p;
+    const att_seq *s = &G->seq[b];
+    const int64_t H = G->H, D = G->D;
+    float *lse = p->lse ? (float *)p->lse->data : NULL;
+    for (int64_t r = 0; r < s->q_len * H; r++) {
+        const int64_t i = r / H, h = r % H;
+        float m = -INFINITY, L = 0.0f;
+        for (int64_t t = t0; t < t1; t++) m = pm[t * Rmax + r] > m ? pm[t * Rmax + r] : m;
+        memset(orow, 0, (size_t)D * sizeof(float));
+        if (m != -INFINITY)
+            for (int64_t t = t0; t < t1; t++) {
+                const float a = expf(pm[t * Rmax + r] - m); // 0 for a chunk the row sees nothing of
+                const float *o = po + (t * Rmax + r) * D;
+                for (int64_t d = 0; d < D; d++) orow[d] += a * o[d];
+                L += a * pl[t * Rmax + r];
+            }
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        for (int64_t d = 0; d < D; d++) orow[d] *= inv;
+        if (p->o.dtype != MF_DTYPE_F32) dec_sk(w->t, orow, D, false);
+        mf_cpu_from_f32(p->o.data, p->o.dtype, row_off(G, s, b, i, G->o_rs, G->o_bs) + h * G->o_hs,
+                        p->o.dtype == MF_DTYPE_F32 ? orow : w->t, D);
+        if (lse) lse[(s->qrow + i) * H + h] = L > 0.0f ? m + logf(L) : -INFINITY;
+    }
+}
+
+static mf_status dec_attention(const att_geom *G, int64_t qmax) {
+    const mf_attention_args *p = G->p;
+    const int64_t H = G->H, D = G->D, Rmax = qmax * H;
+    int64_t n_items = 0;
+    int64_t *first = mf_malloc((size_t)(p->batch + 1) * sizeof *first); // sequence b's items: [first[b], first[b+1])
+    if (!first) return mf_fail(MF_ERR_OOM, "attention: out of host memory for %d sequences", (int)p->batch);
+    for (int32_t b = 0; b < p->batch; b++) {
+        const att_seq *s = &G->seq[b];
+        first[b] = n_items;
+        if (s->q_len == 0) continue;
+        int64_t lo, hi, l2, h2;
+        visible(p, s->q_len, s->k_len, 0, &lo, &h2);
+        visible(p, s->q_len, s->k_len, s->q_len - 1, &l2, &hi);
+        if (hi > lo) n_items += (hi - 1) / kDecodeChunk - lo / kDecodeChunk + 1;
+    }
+    first[p->batch] = n_items;
+    dec_item *items = mf_malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *items);
+    float *part = mf_malloc((size_t)(n_items > 0 ? n_items : 1) * (size_t)(Rmax * (D + 2)) * sizeof(float));
+    if (!items || !part) {
+        free(first), free(items), free(part);
+        return mf_fail(MF_ERR_OOM, "attention: out of host memory for %lld decode chunks of %lld rows",
+                       (long long)n_items, (long long)Rmax);
+    }
+    float *pm = part, *pl = pm + n_items * Rmax, *po = pl + n_items * Rmax;
+    for (int32_t b = 0; b < p->batch; b++) {
+        const att_seq *s = &G->seq[b];
+        int64_t lo, hi, l2, h2, t = first[b];
+        if (s->q_len == 0) continue;
+        visible(p, s->q_len, s->k_len, 0, &lo, &h2);
+        visible(p, s->q_len, s->k_len, s->q_len - 1, &l2, &hi);
+        for (int64_t j0 = lo; j0 < hi; j0 = (j0 / kDecodeChunk + 1) * kDecodeChunk) {
+            const int64_t j1 = (j0 / kDecodeChunk + 1) * kDecodeChunk;
+            items[t++] = (dec_item){.b = b, .j0 = j0, .j1 = j1 < hi ? j1 : hi};
+        }
+    }
+    const bool par = use_threads(n_items > 1 || p->batch > 1);
+    const size_t floats = (size_t)(Rmax * D + Rmax * kDecodeChunk + D);
+    int oom = 0;
+#pragma omp parallel if (par)
+    {
+        float *buf = thread_scratch(floats, &oom);
+        dec_scratch w = {0};
+        if (buf) w.q = buf, w.s = w.q + Rmax * D, w.t = w.s + Rmax * kDecodeChunk;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < n_items; t++)
+            if (buf) dec_run(G, &items[t], &w, pm + t * Rmax, pl + t * Rmax, po + t * Rmax * D);
+        int failed; // after the loop's barrier: did any thread lack its scratch?
+#pragma omp atomic read
+        failed = oom;
+#pragma omp for schedule(dynamic, 1)
+        for (int32_t b = 0; b < p->batch; b++)
+            if (buf && !failed) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w);
+        free(buf);
+    }
+    free(first), free(items), free(part);
+    if (oom)
+        return mf_fail(MF_ERR_OOM, "attention: out of host memory for a %lld x %d decode tile (head_dim %lld)",
+                       (long long)Rmax, kDecodeChunk, (long long)D);
+    return MF_OK;
+}
+
 // Host checks of the index arrays (their values; shapes were checked in src/ops).
 static mf_status check_cu(const int32_t *cu, const char *name, int32_t batch, int64_t total, int64_t max_len,
                           const char *max_name, const char *rows_of) {
@@ -263,6 +515,13 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
         return st;
     }
     G.seq = seq;
+    int64_t qmax = 0;
+    for (int32_t b = 0; b < p->batch; b++) qmax = seq[b].q_len > qmax ? seq[b].q_len : qmax;
+    if (qmax * G.grp <= kDecodeRows) {
+        st = dec_attention(&G, qmax);
+        free(seq);
+        return st;
+    }
     int64_t n_items = 0;
     for (int32_t b = 0; b < p->batch; b++) n_items += G.KVH * ((seq[b].q_len + G.BM - 1) / G.BM);
     att_item *items = mf_malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *items);
@@ -277,26 +536,16 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
             for (int64_t g = 0; g < G.KVH; g++) items[n++] = (att_item){.b = b, .g = (int32_t)g, .i0 = i0};
 
     int64_t Mmax = G.BM * G.grp;
-    int64_t qmax = 0;
-    for (int32_t b = 0; b < p->batch; b++) qmax = seq[b].q_len > qmax ? seq[b].q_len : qmax;
     if (qmax < G.BM) Mmax = (qmax > 0 ? qmax : 1) * G.grp; // decode: tiles of a few rows
     G.BN = Mmax <= 32 ? kBlockNDecode : kBlockN;
     const int64_t D = G.D, BN = G.BN;
     const size_t floats = (size_t)(2 * Mmax * D + Mmax * BN + 2 * BN * D + 2 * Mmax);
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
-    const bool par = threads > 1 && n_items > 1;
+    const bool par = use_threads(n_items > 1);
     const int blas_threads = mf_cpu_blas_serial(par);
     int oom = 0;
 #pragma omp parallel if (par)
     {
-        float *buf = mf_malloc(floats * sizeof(float));
-        if (!buf) {
-#pragma omp atomic write
-            oom = 1;
-        }
+        float *buf = thread_scratch(floats, &oom);
         att_scratch w = {0};
         if (buf) {
             w.q = buf, w.o = w.q + Mmax * D, w.s = w.o + Mmax * D, w.k = w.s + Mmax * BN;

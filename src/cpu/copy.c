@@ -11,20 +11,10 @@
 #include "ops/copy_geom.h"
 
 void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n) {
-    switch (dt) {
-    case MF_DTYPE_F32: memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float)); break;
-    case MF_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t j = 0; j < n; j++) {
-            const uint32_t u = (uint32_t)s[j] << 16;
-            memcpy(&dst[j], &u, 4);
-        }
-        break;
-    }
-    default:
-        for (int64_t j = 0; j < n; j++) dst[j] = mf_load_f32(src, dt, off + j);
-        break;
-    }
+    if (dt == MF_DTYPE_F32)
+        memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float));
+    else
+        mf_cpu_widen(dst, (const char *)src + off * (int64_t)mf_dtype_size(dt), dt, n);
 }
 
 void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n) {

@@ -27,6 +27,9 @@ mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *args);   // kv
 // dst[0 .. n) = elements [off, off + n) of a contiguous f32 / f16 / bf16 run
 // as f32 (exact). copy.c; the row loaders of the ops.
 void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n);
+// dst[0 .. n) = the n contiguous f32 / f16 / bf16 values at src (any
+// alignment) as f32 (exact), 8 lanes at a time. gemm.c.
+void mf_cpu_widen(float *dst, const char *src, mf_dtype dt, int64_t n);
 // Elements [off, off + n) of a contiguous f32 / f16 / bf16 run = src[0 .. n),
 // rounded to nearest even (NaN stays NaN). copy.c.
 void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n);

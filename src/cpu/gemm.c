@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "cpu/cpu.h"
+#include "cpu/skinny.h"
 #include "cpu/vmath.h"
 #include "ops/check.h"
 
@@ -21,167 +22,14 @@
 // GCC/clang vector extensions, AVX2 in the x86-64-v3 clone and two SSE
 // halves in the baseline. Products are added per lane in k order, then the
 // lanes in a fixed tree, so both clones give the same bits (no FP
-// contraction under -std=c11).
-typedef float v8f __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
-typedef uint16_t v8h __attribute__((vector_size(16)));
-typedef float v8f_un __attribute__((vector_size(32), aligned(4), may_alias)); // 8 floats at any float address
-#define SK_INLINE static inline __attribute__((always_inline))
+// contraction under -std=c11). The register kernels (sk_nt, sk_nn_tile),
+// shared with decode attention: src/cpu/skinny.h.
 enum {
-    SK_ROWS = 4,  // rows of a per pass: 4 x 2 accumulator vectors fit AVX2's 16 registers
     SK_NB = 16,   // columns of c per register tile
     SK_KB = 8,    // row-major b: rows per panel (8 sequential streams, then the next 8)
     SK_WB = 16,   // b a Linear weight: weight rows per task
     SK_KC = 128,  // b row-major: rows per chunk of k (its own partial sums)
 };
-
-// f16 bit patterns (one per 32-bit lane) as f32 bits: exponent and mantissa
-// moved to the f32 position and scaled by 2^112 (exact for normals and
-// subnormals alike); Inf/NaN then get the all-ones exponent, and the sign
-// goes back on. (Vectors pass by pointer: by value, the baseline clone's ABI
-// differs.)
-SK_INLINE void sk_f16_bits(v8u *u) {
-    const v8u h = *u, o = (h & 0x7fffu) << 13;
-    v8f f;
-    memcpy(&f, &o, 32);
-    f *= 0x1p112f;
-    v8u r;
-    memcpy(&r, &f, 32);
-    const v8u special = (v8u)((o & 0x0f800000u) == 0x0f800000u); // half exponent 31
-    *u = r | (special & 0x7f800000u) | ((h & 0x8000u) << 16);
-}
-
-// 8 elements of b at p as f32, in order (the prefill panels' widening).
-SK_INLINE void sk_load8(v8f *out, const char *p, mf_dtype dt) {
-    if (dt == MF_DTYPE_F32) {
-        memcpy(out, p, 32);
-        return;
-    }
-    v8h h;
-    memcpy(&h, p, 16);
-    v8u u = __builtin_convertvector(h, v8u);
-    if (dt == MF_DTYPE_BF16)
-        u <<= 16;
-    else
-        sk_f16_bits(&u);
-    memcpy(out, &u, 32);
-}
-
-// 16 elements of b at p as f32 in two vectors (the skinny loops). f32:
-// elements 0..7, then 8..15. f16/bf16: the even elements, then the odd ones
-// ("sk order"): one 32-byte load split by a mask and a shift, where widening
-// 8 elements in order costs GCC 4 shuffles (2 loads, 2 pmovzx, an insert).
-// The loops lay out the other operand, or their sums, to match (sk_pos).
-SK_INLINE void sk_load16(v8f out[2], const char *p, mf_dtype dt) {
-    if (dt == MF_DTYPE_F32) {
-        memcpy(&out[0], p, 32);
-        memcpy(&out[1], p + 32, 32);
-        return;
-    }
-    v8u u, lo, hi;
-    memcpy(&u, p, 32);
-    if (dt == MF_DTYPE_BF16) {
-        lo = u << 16, hi = u & 0xffff0000u;
-    } else {
-        lo = u & 0xffffu, hi = u >> 16;
-        sk_f16_bits(&lo);
-        sk_f16_bits(&hi);
-    }
-    memcpy(&out[0], &lo, 32);
-    memcpy(&out[1], &hi, 32);
-}
-
-// Where element j of a run of 16-blocks sits in sk order (f16/bf16 b: the
-// blocks of a's rows for a Linear weight, and of the partial sums' columns
-// for a row-major b; elements past the last whole block stay in place).
-SK_INLINE int64_t sk_pos(int64_t j) {
-    const int64_t t = j & 15;
-    return (j - t) + (t & 1 ? 8 : 0) + (t >> 1);
-}
-
-// Element i of b at p as f32 (the tails).
-SK_INLINE float sk_load1(const char *p, mf_dtype dt, int64_t i) {
-    if (dt == MF_DTYPE_F32) {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    return dt == MF_DTYPE_BF16 ? mf_bitsf((uint32_t)h << 16) : mf_f16_to_f32(h);
-}
-
-SK_INLINE float sk_hsum(const v8f *p) {
-    const v8f v = *p;
-    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
-
-// c = alpha acc + beta c (beta == 0: c is not read).
-SK_INLINE void sk_out(float *c, float acc, float alpha, float beta) {
-    *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
-}
-
-// b a Linear weight, W (n, k) row-major: c[r][j] = a_r . W_j for M rows of a
-// and weight rows [j0, j1). a's whole 16-blocks are in sk order for a 16-bit
-// W. Two sums per row (the 16 elements of a block), so that one row is not
-// bound by the latency of a single chain of adds.
-SK_INLINE void sk_nt(const int M, const mf_dtype dt, int64_t k, const float *a, int64_t lda, const char *w,
-                     int64_t ldw, float alpha, float beta, float *c, int64_t ldc, int64_t j0, int64_t j1) {
-    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
-    for (int64_t j = j0; j < j1; j++) {
-        const char *wj = w + j * ldw * es;
-        v8f acc[SK_ROWS][2];
-        for (int r = 0; r < M; r++) acc[r][0] = acc[r][1] = (v8f){0};
-        int64_t i = 0;
-        for (; i + 16 <= k; i += 16) {
-            v8f wv[2];
-            sk_load16(wv, wj + i * es, dt);
-            for (int r = 0; r < M; r++) {
-                v8f a0, a1;
-                memcpy(&a0, a + r * lda + i, 32);
-                memcpy(&a1, a + r * lda + i + 8, 32);
-                acc[r][0] += a0 * wv[0];
-                acc[r][1] += a1 * wv[1];
-            }
-        }
-        for (int r = 0; r < M; r++) {
-            const v8f v = acc[r][0] + acc[r][1];
-            float s = sk_hsum(&v);
-            for (int64_t t = i; t < k; t++) s += a[r * lda + t] * sk_load1(wj, dt, t);
-            sk_out(c + r * ldc + j, s, alpha, beta);
-        }
-    }
-}
-
-// b row-major (k, n), rows [i0, i1) of a panel, columns [j, j + 16): G rows
-// of a add into their sums in c (rows r < G at c + r * ldc; a 16-bit b's
-// columns in sk order). The sums move as whole vectors (v8f_un): through
-// memcpy, GCC 12 copied them to the stack in 16-byte pieces and loaded
-// them back 32 bytes at a time, which store forwarding cannot serve (a
-// stall per tile).
-SK_INLINE void sk_nn_tile(const int G, const mf_dtype dt, int64_t i0, int64_t i1, const float *a, int64_t lda,
-                          const char *b, int64_t ldb, float *c, int64_t ldc, int64_t j) {
-    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
-    v8f s[SK_ROWS][2];
-    for (int r = 0; r < G; r++) {
-        s[r][0] = *(const v8f_un *)(c + r * ldc + j);
-        s[r][1] = *(const v8f_un *)(c + r * ldc + j + 8);
-    }
-    for (int64_t i = i0; i < i1; i++) {
-        v8f bv[2];
-        sk_load16(bv, b + (i * ldb + j) * es, dt);
-        for (int r = 0; r < G; r++) {
-            const float x = a[r * lda + i];
-            const v8f xv = {x, x, x, x, x, x, x, x};
-            s[r][0] += xv * bv[0];
-            s[r][1] += xv * bv[1];
-        }
-    }
-    for (int r = 0; r < G; r++) {
-        *(v8f_un *)(c + r * ldc + j) = s[r][0];
-        *(v8f_un *)(c + r * ldc + j + 8) = s[r][1];
-    }
-}
 
 // Columns of a row-major b at p (row stride ld_bytes, element size es,
 // n columns) before its first 32-byte boundary, when every row has the same
@@ -189,7 +37,7 @@ SK_INLINE void sk_nn_tile(const int G, const mf_dtype dt, int64_t i0, int64_t i1
 // elements spans two cache lines. (A safetensors file only aligns its data
 // to 8 bytes. On the dev VM a bf16 768-column b at 8 rows ran 15-40% slower
 // from DRAM at an offset of 8 or 16 bytes.) Else 0.
-SK_INLINE int64_t sk_head(const char *p, int64_t ld_bytes, int64_t es, int64_t n) {
+V8_INLINE int64_t sk_head(const char *p, int64_t ld_bytes, int64_t es, int64_t n) {
     const int64_t off = (int64_t)((uintptr_t)p % 32);
     if (ld_bytes % 32 || off % es) return 0;
     const int64_t h = (32 - off) % 32 / es;
@@ -202,7 +50,7 @@ SK_INLINE int64_t sk_head(const char *p, int64_t ld_bytes, int64_t es, int64_t n
 // rows finds the panel's 16 columns in L1. Tiles of 16 columns from the
 // first 32-byte boundary (sk_head); the columns before and after them one
 // at a time.
-SK_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, const float *a, int64_t lda,
+V8_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, const float *a, int64_t lda,
                      const char *b, int64_t ldb, float *c, int64_t ldc, int64_t j0, int64_t j1) {
     const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     const int64_t h = j0 + sk_head(b + j0 * es, ldb * es, es, j1 - j0), wv = (j1 - h) / SK_NB * SK_NB;
@@ -216,7 +64,7 @@ SK_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, c
             if (j == h) j += wv;
             if (j == j1) break;
             for (int64_t i = i0; i < i1; i++) {
-                const float bv = sk_load1(b, dt, i * ldb + j);
+                const float bv = v8_load1(b, dt, i * ldb + j);
                 for (int r = 0; r < G1 + G2; r++) c[r * ldc + j] += a[r * lda + i] * bv;
             }
         }
@@ -296,7 +144,7 @@ static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, c
         const int64_t nsk = dt == MF_DTYPE_F32 ? 0 : (n - h) / SK_NB * SK_NB;
 #pragma omp for schedule(static)
         for (int64_t e = 0; e < m * n; e++) { // c = alpha (partials in chunk order) + beta c
-            const int64_t r = e / n, j = e % n, src = r * n + (j >= h && j - h < nsk ? h + sk_pos(j - h) : j);
+            const int64_t r = e / n, j = e % n, src = r * n + (j >= h && j - h < nsk ? h + v8_pos(j - h) : j);
             float sum = part[src];
             for (int64_t q = 1; q < chunks; q++) sum += part[q * m * n + src];
             float *ce = c + r * ldc + j;
@@ -327,21 +175,22 @@ static void sk_order_rows(float *a, int64_t m, int64_t k) {
     for (int64_t r = 0; r < m; r++)
         for (int64_t i = 0; i + 16 <= k; i += 16) {
             float t[16];
-            for (int64_t e = 0; e < 16; e++) t[sk_pos(e)] = a[r * k + i + e];
+            for (int64_t e = 0; e < 16; e++) t[v8_pos(e)] = a[r * k + i + e];
             memcpy(a + r * k + i, t, sizeof t);
         }
 }
 
-// n contiguous f16/bf16/f32 values at src as f32 (exact), 8 lanes at a time.
-MF_CPU_HOT static void widen_line(float *dst, const char *src, mf_dtype dt, int64_t n) {
+// n contiguous f16/bf16/f32 values at src as f32 (exact), 8 lanes at a time
+// (declared in cpu.h: mf_cpu_to_f32 widens with it too).
+MF_CPU_HOT void mf_cpu_widen(float *dst, const char *src, mf_dtype dt, int64_t n) {
     const int64_t es = (int64_t)mf_dtype_size(dt);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         v8f v;
-        sk_load8(&v, src + i * es, dt);
+        v8_load8(&v, src + i * es, dt);
         memcpy(dst + i, &v, 32);
     }
-    for (; i < n; i++) dst[i] = sk_load1(src, dt, i);
+    for (; i < n; i++) dst[i] = v8_load1(src, dt, i);
 }
 
 // Lines [l0, l1) of matrix `bt` of view t, elements [c0, c0 + len) of each,
@@ -353,7 +202,7 @@ static void widen_lines(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, 
     const int64_t es = (int64_t)mf_dtype_size(t->dtype);
     const char *base = (const char *)t->data + bt * l->batch_stride * es;
 #pragma omp parallel for schedule(static) if (par)
-    for (int64_t i = l0; i < l1; i++) widen_line(dst + (i - l0) * len, base + (i * l->ld + c0) * es, t->dtype, len);
+    for (int64_t i = l0; i < l1; i++) mf_cpu_widen(dst + (i - l0) * len, base + (i * l->ld + c0) * es, t->dtype, len);
 }
 
 // A 16-bit b (a weight with m > 8 rows of a: prefill) is widened in panels of
