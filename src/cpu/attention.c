@@ -90,6 +90,15 @@ static inline void visible(const mf_attention_args *p, int64_t q_len, int64_t k_
     *lo = l, *hi = h;
 }
 
+// Keys some query of [i0, i1] sees: [lo, hi) (visible's lower bound and
+// upper bound both grow with i).
+static inline void visible_span(const mf_attention_args *p, int64_t q_len, int64_t k_len, int64_t i0, int64_t i1,
+                                int64_t *lo, int64_t *hi) {
+    int64_t l, h;
+    visible(p, q_len, k_len, i0, lo, &h);
+    visible(p, q_len, k_len, i1, &l, hi);
+}
+
 typedef struct {
     float *q, *o, *s, *k, *v, *m, *l;
 } att_scratch;
@@ -141,10 +150,8 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
     memset(w->o, 0, (size_t)(M * D) * sizeof(float));
     for (int64_t r = 0; r < M; r++) w->m[r] = -INFINITY, w->l[r] = 0.0f;
 
-    int64_t jlo, jhi, lo_last, hi_first;
-    visible(p, s->q_len, s->k_len, i0, &jlo, &hi_first);
-    visible(p, s->q_len, s->k_len, i0 + ni - 1, &lo_last, &jhi);
-    (void)hi_first, (void)lo_last;
+    int64_t jlo, jhi;
+    visible_span(p, s->q_len, s->k_len, i0, i0 + ni - 1, &jlo, &jhi);
     // f32 rows go to BLAS in place when their stride is a valid leading dimension.
     const bool kdirect = dt == MF_DTYPE_F32 && G->k_rs >= D && G->k_rs <= INT32_MAX;
     const bool vdirect = dt == MF_DTYPE_F32 && G->v_rs >= D && G->v_rs <= INT32_MAX;
@@ -270,14 +277,14 @@ V8_INLINE void dec_qk_t(mf_dtype dt, const float *q, int64_t nq, int64_t KVH, in
 }
 
 // nk <= kDecodePanel keys (key i's kv head g at v + i * vrs elements + g * vhs bytes):
-// o_r += sum_i p[r * kDecodeChunk + i] v_{i, head(r)}, 16 columns at a time
-// in registers, the columns past the last 16 one by one.
+// o_r += sum_i p[r * kDecodeChunk + i] v_{i, head(r)}, SK_NB columns at a time
+// in registers, the columns past the last SK_NB one by one.
 V8_INLINE void dec_pv_t(mf_dtype dt, const float *p, int64_t nq, int64_t KVH, int64_t grp, int64_t D, const char *v,
                         int64_t vrs, int64_t vhs, int64_t nk, float *o) {
 #define PV(NR)                                                                                                 \
-    for (int64_t d = 0; d + 16 <= D; d += 16)                                                                \
+    for (int64_t d = 0; d + SK_NB <= D; d += SK_NB)                                                          \
         sk_nn_tile(NR, dt, 0, nk, p + r * kDecodeChunk, kDecodeChunk, v + g * vhs, vrs, o + r * D, D, d);   \
-    for (int64_t d = D / 16 * 16; d < D; d++)                                                                \
+    for (int64_t d = D / SK_NB * SK_NB; d < D; d++)                                                          \
         for (int64_t c = 0; c < nk; c++)                                                                     \
             for (int64_t e = 0; e < NR; e++)                                                                 \
                 o[(r + e) * D + d] += p[(r + e) * kDecodeChunk + c] * v8_load1(v + g * vhs, dt, c * vrs + d)
@@ -374,64 +381,59 @@ static void dec_merge(const att_geom *G, int32_t b, int64_t t0, int64_t t1, int6
     }
 }
 
+// Decode chunks of sequence s: keys [lo, hi) cut at multiples of kDecodeChunk.
+static int64_t dec_chunks(const mf_attention_args *p, const att_seq *s, int64_t *lo, int64_t *hi) {
+    if (s->q_len == 0) return 0;
+    visible_span(p, s->q_len, s->k_len, 0, s->q_len - 1, lo, hi);
+    return *hi > *lo ? (*hi - 1) / kDecodeChunk - *lo / kDecodeChunk + 1 : 0;
+}
+
 static mf_status dec_attention(const att_geom *G, int64_t qmax) {
     const mf_attention_args *p = G->p;
     const int64_t H = G->H, D = G->D, Rmax = qmax * H;
-    int64_t n_items = 0;
-    int64_t *first = mf_malloc((size_t)(p->batch + 1) * sizeof *first); // sequence b's items: [first[b], first[b+1])
-    if (!first) return mf_fail(MF_ERR_OOM, "attention: out of host memory for %d sequences", (int)p->batch);
+    int64_t n_items = 0, lo, hi;
+    for (int32_t b = 0; b < p->batch; b++) n_items += dec_chunks(p, &G->seq[b], &lo, &hi);
+    // One block per call: first[b] (sequence b's items: [first[b], first[b + 1])),
+    // the items, their partials (m, l: Rmax floats each; O: Rmax x D) and each
+    // thread's scratch (rounded to 64 bytes: no shared cache lines).
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    const int64_t per_thread = (Rmax * D + Rmax * kDecodeChunk + D + 15) / 16 * 16;
+    const size_t bytes = (size_t)(p->batch + 1) * sizeof(int64_t) + (size_t)n_items * sizeof(dec_item) +
+                         ((size_t)(n_items * Rmax * (D + 2)) + (size_t)(threads * per_thread)) * sizeof(float) + 64;
+    int64_t *first = mf_malloc(bytes);
+    if (!first)
+        return mf_fail(MF_ERR_OOM, "attention: out of host memory for %lld decode chunks of %lld rows (head_dim %lld)",
+                       (long long)n_items, (long long)Rmax, (long long)D);
+    dec_item *items = (dec_item *)(first + p->batch + 1);
+    float *pm = (float *)(items + n_items), *pl = pm + n_items * Rmax, *po = pl + n_items * Rmax;
+    float *scratch = (float *)(((uintptr_t)(po + n_items * Rmax * D) + 63) / 64 * 64);
+    int64_t t = 0;
     for (int32_t b = 0; b < p->batch; b++) {
-        const att_seq *s = &G->seq[b];
-        first[b] = n_items;
-        if (s->q_len == 0) continue;
-        int64_t lo, hi, l2, h2;
-        visible(p, s->q_len, s->k_len, 0, &lo, &h2);
-        visible(p, s->q_len, s->k_len, s->q_len - 1, &l2, &hi);
-        if (hi > lo) n_items += (hi - 1) / kDecodeChunk - lo / kDecodeChunk + 1;
-    }
-    first[p->batch] = n_items;
-    dec_item *items = mf_malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *items);
-    float *part = mf_malloc((size_t)(n_items > 0 ? n_items : 1) * (size_t)(Rmax * (D + 2)) * sizeof(float));
-    if (!items || !part) {
-        free(first), free(items), free(part);
-        return mf_fail(MF_ERR_OOM, "attention: out of host memory for %lld decode chunks of %lld rows",
-                       (long long)n_items, (long long)Rmax);
-    }
-    float *pm = part, *pl = pm + n_items * Rmax, *po = pl + n_items * Rmax;
-    for (int32_t b = 0; b < p->batch; b++) {
-        const att_seq *s = &G->seq[b];
-        int64_t lo, hi, l2, h2, t = first[b];
-        if (s->q_len == 0) continue;
-        visible(p, s->q_len, s->k_len, 0, &lo, &h2);
-        visible(p, s->q_len, s->k_len, s->q_len - 1, &l2, &hi);
+        first[b] = t;
+        if (dec_chunks(p, &G->seq[b], &lo, &hi) == 0) continue;
         for (int64_t j0 = lo; j0 < hi; j0 = (j0 / kDecodeChunk + 1) * kDecodeChunk) {
             const int64_t j1 = (j0 / kDecodeChunk + 1) * kDecodeChunk;
             items[t++] = (dec_item){.b = b, .j0 = j0, .j1 = j1 < hi ? j1 : hi};
         }
     }
-    const bool par = use_threads(n_items > 1 || p->batch > 1);
-    const size_t floats = (size_t)(Rmax * D + Rmax * kDecodeChunk + D);
-    int oom = 0;
-#pragma omp parallel if (par)
+    first[p->batch] = t;
+#pragma omp parallel if (use_threads(n_items > 1 || p->batch > 1))
     {
-        float *buf = thread_scratch(floats, &oom);
-        dec_scratch w = {0};
-        if (buf) w.q = buf, w.s = w.q + Rmax * D, w.t = w.s + Rmax * kDecodeChunk;
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        dec_scratch w = {.q = scratch + me * per_thread};
+        w.s = w.q + Rmax * D, w.t = w.s + Rmax * kDecodeChunk;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < n_items; t++)
-            if (buf) dec_run(G, &items[t], &w, pm + t * Rmax, pl + t * Rmax, po + t * Rmax * D);
-        int failed; // after the loop's barrier: did any thread lack its scratch?
-#pragma omp atomic read
-        failed = oom;
+        for (int64_t i = 0; i < n_items; i++) dec_run(G, &items[i], &w, pm + i * Rmax, pl + i * Rmax, po + i * Rmax * D);
 #pragma omp for schedule(dynamic, 1)
-        for (int32_t b = 0; b < p->batch; b++)
-            if (buf && !failed) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w);
-        free(buf);
+        for (int32_t b = 0; b < p->batch; b++) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w);
     }
-    free(first), free(items), free(part);
-    if (oom)
-        return mf_fail(MF_ERR_OOM, "attention: out of host memory for a %lld x %d decode tile (head_dim %lld)",
-                       (long long)Rmax, kDecodeChunk, (long long)D);
+    free(first);
     return MF_OK;
 }
 

@@ -25,7 +25,6 @@
 // contraction under -std=c11). The register kernels (sk_nt, sk_nn_tile),
 // shared with decode attention: src/cpu/skinny.h.
 enum {
-    SK_NB = 16,   // columns of c per register tile
     SK_KB = 8,    // row-major b: rows per panel (8 sequential streams, then the next 8)
     SK_WB = 16,   // b a Linear weight: weight rows per task
     SK_KC = 128,  // b row-major: rows per chunk of k (its own partial sums)

@@ -10,7 +10,10 @@
 
 #include "cpu/v8.h"
 
-enum { SK_ROWS = 4 }; // rows of a per pass: 4 x 2 accumulator vectors fit AVX2's 16 registers
+enum {
+    SK_ROWS = 4, // rows of a per pass: 4 x 2 accumulator vectors fit AVX2's 16 registers
+    SK_NB = 16,  // columns of c per register tile (sk_nn_tile)
+};
 
 
 // c = alpha acc + beta c (beta == 0: c is not read).
