@@ -1,5 +1,6 @@
 // test_core: status and messages, f16/bf16 conversions (edge values,
-// every f16 pattern, every rounding midpoint), tensor views, arenas, fault
+// every f16 pattern, every rounding midpoint; the CPU's vectorised row
+// narrowing against them), tensor views, arenas, fault
 // injection, backend selection, and a table of bad inputs that every public
 // function must reject with the right status and a message naming the value.
 #include <float.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "minfer/minfer.h"
 
 static int g_checks, g_fails;
@@ -992,6 +994,51 @@ static void test_bad_inputs(mf_backend *be) {
     printf("bad inputs: %d cases, %d wrong\n", n, bad);
 }
 
+// The CPU's row narrowing (mf_cpu_from_f32: 8 lanes at a time, branch-free)
+// gives the bits of mf_f32_to_f16 / mf_f32_to_bf16 for every 4099th f32
+// pattern and the 64 patterns around each boundary it selects on (both
+// signs), in runs of 1003 (a scalar tail) written at an odd offset.
+enum { kNarrowRun = 1003 };
+
+static int64_t narrow_run(const float *src, int64_t n) { // mismatches
+    uint16_t got[kNarrowRun + 3];
+    int64_t bad = 0;
+    for (int dt = 0; dt < 2; dt++) {
+        mf_cpu_from_f32(got, dt ? MF_DTYPE_F16 : MF_DTYPE_BF16, 3, src, n);
+        for (int64_t j = 0; j < n; j++) {
+            const uint16_t want = dt ? mf_f32_to_f16(src[j]) : mf_f32_to_bf16(src[j]);
+            if (got[3 + j] != want && bad++ < 3)
+                CHECK(0, "%s row narrowing of 0x%08x: 0x%04x, want 0x%04x", dt ? "f16" : "bf16", f32_bits(src[j]),
+                      got[3 + j], want);
+        }
+    }
+    return bad;
+}
+
+static void test_row_narrow(void) {
+    int before = g_fails;
+    static const uint32_t edges[] = {0x00000000u, 0x00800000u, 0x33000000u, 0x33800000u, 0x38000000u, 0x38800000u,
+                                     0x387fe000u, 0x387ff000u, 0x477fe000u, 0x477ff000u, 0x7f7f8000u, 0x7f7fffffu,
+                                     0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x7fffffe0u, 0x3f808000u, 0x3f800fffu};
+    float src[kNarrowRun];
+    int64_t n = 0, tested = 0, bad = 0;
+    for (uint64_t i = 0; i <= 0xffffffffu; i += 4099) {
+        src[n++] = bits_f32((uint32_t)i);
+        if (n == kNarrowRun) bad += narrow_run(src, n), tested += n, n = 0;
+    }
+    for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
+        for (uint32_t d = 0; d < 64; d++)
+            for (uint32_t sgn = 0; sgn < 2; sgn++) {
+                src[n++] = bits_f32((edges[e] + d - 32u) ^ (sgn << 31));
+                if (n == kNarrowRun) bad += narrow_run(src, n), tested += n, n = 0;
+            }
+    bad += narrow_run(src, n), tested += n;
+    CHECK(bad == 0, "%lld row narrowings differ from the scalar conversions", (long long)bad);
+    char what[64];
+    snprintf(what, sizeof what, " (%lld f32 patterns, f16 and bf16)", (long long)tested);
+    section("row narrowing", before, what);
+}
+
 int main(void) {
 #ifdef _OPENMP
     // Nothing here needs threads, and libgomp's idle pool threads would show
@@ -1001,6 +1048,7 @@ int main(void) {
     test_status();
     test_f16();
     test_bf16();
+    test_row_narrow();
     test_tensor();
     mf_backend *be = NULL;
     if (mf_backend_init("cpu", &be) != MF_OK) {

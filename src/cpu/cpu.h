@@ -31,7 +31,8 @@ void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_
 // alignment) as f32 (exact), 8 lanes at a time. gemm.c.
 void mf_cpu_widen(float *dst, const char *src, mf_dtype dt, int64_t n);
 // Elements [off, off + n) of a contiguous f32 / f16 / bf16 run = src[0 .. n),
-// rounded to nearest even (NaN stays NaN). copy.c.
+// rounded to nearest even (NaN stays NaN), 8 lanes at a time: the bits of
+// mf_f32_to_f16 / mf_f32_to_bf16. copy.c.
 void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n);
 
 // Around an OpenMP region whose threads each call sgemm (one pool of threads

@@ -1,19 +1,28 @@
 // CPU fused scale + mask + softmax: y = softmax(scale * x + bias + mask).
-// One row per OpenMP iteration, two passes over the row:
-//   1. online max/sum: per block of kBlk columns, u = scale * x + bias in f32;
-//      the running sum is rescaled whenever the running max grows;
+// One row per OpenMP iteration. Rows of at most kRowMax visible columns
+// (every attention-sized row) are kept whole in f32, so exp runs once per
+// element:
+//   1. u = scale * x + bias per block of kBlk columns, and its max m;
+//   2. u = exp(u - m) in place, and their sum s;
+//   3. y = u / s, narrowed to y's dtype.
+// Longer rows take two passes with blocks of kBlk columns:
+//   1. online max/sum: the running sum is rescaled whenever the max grows;
 //   2. normalise: recompute u per block, y = exp(u - max) / sum.
 // Keys j >= limit (causal, key_lens) are masked: never read, written as 0.
 // Blocks are converted to f32 first so that the math loops are plain f32 and
 // vectorise (f32 input skips the conversion); exp is a branch-free polynomial.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "cpu/cpu.h"
 #include "cpu/vmath.h"
 #include "ops/softmax_geom.h"
 
-enum { kBlk = 256 }; // columns per block: the f32 scratch (2 KB) stays in L1
+// kBlk: columns per block (the f32 scratch, 2 KB, stays in L1). kRowMax:
+// the longest row kept whole (64 KB of f32: L2).
+enum { kBlk = 256, kRowMax = 16384 };
 
 static void store_zeros(void *dst, mf_dtype dt, int64_t off, int64_t n) {
     if (n > 0) memset((char *)dst + off * (int64_t)mf_dtype_size(dt), 0, (size_t)n * mf_dtype_size(dt));
@@ -28,7 +37,7 @@ typedef struct {
 } row_ctx;
 
 // u[0..n) = scale * x + bias over columns j0 .. j0+n of the row.
-static void row_logits(const row_ctx *rc, int64_t j0, int64_t n, float *u, float *tmp) {
+MF_CPU_HOT static void row_logits(const row_ctx *rc, int64_t j0, int64_t n, float *u, float *tmp) {
     const mf_softmax_args *p = rc->p;
     const float scale = p->scale;
     mf_cpu_to_f32(u, p->x.data, p->x.dtype, rc->xo + j0, n);
@@ -39,6 +48,24 @@ static void row_logits(const row_ctx *rc, int64_t j0, int64_t n, float *u, float
         const float c = rc->c;
         for (int64_t j = 0; j < n; j++) u[j] = u[j] * scale + c;
     }
+}
+
+// Row max of u[0..n) (vectorised: vmath.h's loop inside a clone).
+MF_CPU_HOT static float row_max(const float *u, int64_t n) { return mf_row_max(u, n); }
+
+// u[0..n) = exp(u - m) in place; returns their sum (eight partial sums, so
+// that it vectorises).
+MF_CPU_HOT static float exp_sum(float *u, int64_t n, float m) {
+    float s[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) s[l] += u[j + l] = mf_exp_nonpos(u[j + l] - m);
+    for (; j < n; j++) s[0] += u[j] = mf_exp_nonpos(u[j] - m);
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+// u[0..n) *= inv.
+MF_CPU_HOT static void scale_row(float *u, int64_t n, float inv) {
+    for (int64_t j = 0; j < n; j++) u[j] *= inv;
 }
 
 // sum of exp(u - m) over u[0..n): eight partial sums, so it vectorises.
@@ -56,7 +83,8 @@ MF_CPU_HOT static void exp_scale(float *u, int64_t n, float m, float inv) {
     for (int64_t j = 0; j < n; j++) u[j] = mf_exp_nonpos(u[j] - m) * inv;
 }
 
-static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int64_t r) {
+// Row r; whole: kRowMax floats of scratch for the one-exp path (NULL: blocks only).
+static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int64_t r, float *whole) {
     float u[kBlk], tmp[kBlk];
     const int64_t i = r % g->q_len, bh = r / g->q_len, h = bh % g->heads, b = bh / g->heads;
     const int64_t cols = g->k_len;
@@ -73,6 +101,21 @@ static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int6
             float c = mf_load_f32(p->bias->data, p->bias->dtype, rc.bo);
             rc.c = isfinite(c) ? 0.0f : c;
         }
+    }
+    if (whole && lim <= kRowMax) { // the row in f32, exp once (header)
+        float m = -INFINITY;
+        for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
+            const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
+            row_logits(&rc, j0, n, whole + j0, tmp);
+            const float bm = row_max(whole + j0, n);
+            m = bm > m ? bm : m;
+        }
+        // me: m, or 0 when m = -inf, so that a row of -inf and NaN sums to 0 or NaN (never skips a NaN)
+        const float s = exp_sum(whole, lim, m == -INFINITY ? 0.0f : m);
+        scale_row(whole, lim, s == 0.0f ? 0.0f : 1.0f / s); // all masked: zeros; NaN sum: NaN row
+        mf_cpu_from_f32(p->y.data, p->y.dtype, rc.yo, whole, lim);
+        store_zeros(p->y.data, p->y.dtype, rc.yo + lim, cols - lim);
+        return;
     }
     // Pass 1: running max m and sum s of exp(u - me), me = m or 0 while m = -inf
     // (so that a row of -inf and NaN still sums to 0 or NaN, never skips a NaN).
@@ -104,8 +147,15 @@ mf_status mf_cpu_softmax(mf_backend *be, const mf_softmax_args *p) {
     mf_softmax_geom g;
     mf_softmax_geom_of(p, &g);
     const int64_t rows = g.rows;
-    // Threads only pay off with some work per call (decode-sized calls stay serial).
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * g.k_len >= 32768)
-    for (int64_t r = 0; r < rows; r++) softmax_row(p, &g, r);
+    // Threads only pay off with some work per call (decode-sized calls stay
+    // serial). Each thread's row scratch: without it (out of memory), rows
+    // take the block path, which needs none.
+#pragma omp parallel if (rows > 1 && rows * g.k_len >= 32768)
+    {
+        float *whole = mf_malloc((size_t)(g.k_len < kRowMax ? g.k_len : kRowMax) * sizeof(float) + 1);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) softmax_row(p, &g, r, whole);
+        free(whole);
+    }
     return MF_OK;
 }
