@@ -601,9 +601,10 @@ void th_cases_softmax(th_list *l) {
             p.bt = dts[t];
             add_case(l, &p); // padded rows, (b, q, h, k) order, head-broadcast bias
         }
-    // 6. A NaN stays in its row (every kernel variant's length).
-    static const int64_t ncols[] = {8, 100, 1000, 5000, 70000};
-    for (int ci = 0; ci < 5; ci++) {
+    // 6. A NaN stays in its row (every kernel variant's length; 300000: the
+    //    CPU's two-pass path for rows past 262144 columns).
+    static const int64_t ncols[] = {8, 100, 1000, 5000, 70000, 300000};
+    for (int ci = 0; ci < 6; ci++) {
         sm_p p = four_case(dts[ci % 3], 1, 3, 3, ncols[ci]);
         p.mask = ci % 2 ? M_CAUSAL : M_BIAS;
         p.nan_row = true;
@@ -615,6 +616,15 @@ void th_cases_softmax(th_list *l) {
     {
         sm_p p = base_case(MF_DTYPE_F32, 70, 20000);
         p.nan_row = true, p.inf_head = 8300, p.want = true;
+        add_case(l, &p);
+    }
+    // ... and in the CPU's two-pass path, whose running max stays -inf over
+    // the first 270000 columns: a NaN row, then finite values after the -inf.
+    {
+        sm_p p = base_case(MF_DTYPE_BF16, 2, 300000);
+        p.nan_row = true, p.inf_head = 270000;
+        add_case(l, &p);
+        p.nan_row = false;
         add_case(l, &p);
     }
     // 7. Long rows with few of them (CUDA splits them over blocks), causal and key_lens.
