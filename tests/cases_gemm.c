@@ -363,8 +363,9 @@ void th_cases_gemm(th_list *l) {
             add_gemm(l, &p);
         }
 
-    // 5. Leading dimensions and pointers aligned to 16 bytes (n = 64, k = 128):
-    //    what cuBLASLt's fused epilogue needs, so on CUDA these take the
+    // 5. Leading dimensions and pointers aligned to 16 bytes (n = 64, k = 128;
+    //    a transposed a, stored (128, 37), padded to ld 40): what cuBLASLt's
+    //    fused epilogue needs, so on CUDA these take the
     //    "fused" path while the odd shapes above mostly take the unfused ones;
     //    `cancel` makes a double rounding of alpha a@b + beta c certain to
     //    show; bias_off (a bias 2 or 4 bytes past alignment) takes the unfused
@@ -374,7 +375,8 @@ void th_cases_gemm(th_list *l) {
         for (int e = 0; e < 3; e++)
             for (int a = 0; a < 3; a++, v++) {
                 gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = 37, .n = 64, .k = 128, .ta = v & 1,
-                            .tb = (v >> 1) & 1, .bias = e != 1, .act = e ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE,
+                            .pad_a = (v & 1) * 3, .tb = (v >> 1) & 1, .bias = e != 1,
+                            .act = e ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE,
                             .alpha = ab[a][0], .beta = ab[a][1], .pad_c = v % 2 ? 8 : 0, .cancel = e != 1 && a != 1};
                 add_gemm(l, &p);
             }
@@ -387,7 +389,7 @@ void th_cases_gemm(th_list *l) {
         }
     for (int c = 0; c < N_COMBOS; c++) { // batched, aligned, every epilogue, cancelling
         gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .batch = 3, .bcast = BC_B0, .m = 37, .n = 64, .k = 128,
-                    .ta = 1, .tb = 0, .bias = true, .cancel = true, .act = MF_EPILOGUE_GELU, .alpha = 0.75f,
+                    .ta = 1, .pad_a = 3, .tb = 0, .bias = true, .cancel = true, .act = MF_EPILOGUE_GELU, .alpha = 0.75f,
                     .beta = -0.5f};
         add_gemm(l, &p);
     }

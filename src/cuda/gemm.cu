@@ -272,6 +272,13 @@ mf_status lt_plan(mf_cuda_ctx *ctx, const Attempt &t, int32_t batch, Plan *plan,
     } pref_guard{pref};
     const uint64_t ws = ctx->workspace_bytes;
     MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    // Split-K parts are added in f32 (in the workspace) or not at all: the
+    // default mask also allows INPLACE and OUTPUT_TYPE, which add them in c's
+    // dtype, a second rounding per part for an f16/bf16 c (one rounding is
+    // the contract). Found by review, not yet by a GPU run.
+    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                                                       sizeof reduction));
     // The heuristic assumes 256-byte aligned buffers unless told: offset views
     // (a slice of a fused QKV output) must only get kernels that accept them.
     MF_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &t.A->align,
@@ -349,9 +356,17 @@ mf_status build_plan(mf_cuda_ctx *ctx, mf_cuda_gemm_state *g, const Call &cl, Pl
     } else if (cl.bias && cl.bias_align < kFusedBiasAlign) {
         why = " (bias under 16-byte alignment)";
     } else {
-        MF_TRY(lt_plan(ctx, t, batch, plan, &found));
+        // An error from the epilogue attempt (not only "not supported") falls
+        // back to the unfused path like an empty answer: the plain GEMM below
+        // still has to succeed, and MF_GEMM_LOG shows what cuBLASLt said.
+        const mf_status fs = lt_plan(ctx, t, batch, plan, &found);
         plan->path = kPathFused;
-        if (!found) why = " (cuBLASLt has no algorithm with the epilogue)";
+        if (fs != MF_OK) {
+            found = false, why = " (cuBLASLt failed on the epilogue)";
+            if (g->log) fprintf(stderr, "minfer gemm plan: fused attempt: %s\n", mf_last_error());
+        } else if (!found) {
+            why = " (cuBLASLt has no algorithm with the epilogue)";
+        }
     }
     if (!found && cl.epi != CUBLASLT_EPILOGUE_DEFAULT) {
         t.epi = CUBLASLT_EPILOGUE_DEFAULT, t.bias = nullptr;
