@@ -1409,7 +1409,8 @@ static void test_memory_plan(mf_backend *cpu) {
 // CUDA Graphs: greedy decoding with graphs (the default) and without gives
 // the same logits bit for bit, on both attention paths and batch sizes 1, 3
 // and 8 in one session (each size recorded once, then replayed; a size met
-// again reuses its graph); a bad step in between changes nothing.
+// again reuses its graph); a bad step in between changes nothing. RoPE
+// fixtures use a max_seq of 1100, so split-KV decode runs inside the graphs.
 // Mixture-of-experts fixtures: a decode step is recorded only when every MoE
 // layer takes the device-routed expert path (batch x top_k <=
 // MF_MOE_DECODE_MAX_ROWS); a batch of 17 (34 or more routed rows) runs
@@ -1436,8 +1437,12 @@ static void test_cuda_graphs(const char *fx, const char *attn) {
     const int n_sizes = moe ? 4 : 3;
     const int64_t V = m->spec.vocab, NP = f.n_prompt < 12 ? f.n_prompt : 12, NG = 10;
     lg = malloc((size_t)(B * V) * sizeof *lg), lp = malloc((size_t)(B * V) * sizeof *lp);
-    if (!check_ok(name, mf_session_create(m, B, NP + 3 * NG + 4, &sg)) ||
-        !check_ok(name, mf_session_create(m, B, NP + 3 * NG + 4, &sp)) ||
+    // Decode steps bound the keys by max_seq (so that one recording serves
+    // every length): with RoPE, 1100 makes the decode attention split the
+    // keys 9 ways (128 a split), most splits empty, and the combine kernel
+    // is recorded too. Learned positions (GPT-2) cap max_seq: one split.
+    const int64_t S = m->spec.learned_pos ? NP + 3 * NG + 4 : 1100;
+    if (!check_ok(name, mf_session_create(m, B, S, &sg)) || !check_ok(name, mf_session_create(m, B, S, &sp)) ||
         !check_ok(name, mf_session_set_graphs(sp, false)))
         goto out;
     // Steps a graph may record: every size for a dense model; for MoE the
@@ -1494,9 +1499,10 @@ static void test_cuda_graphs(const char *fx, const char *attn) {
     if (ok && check_ok(name, mf_session_get_stats(sg, &st)))
         report(same_tokens && worst == 0.0 && replays == want_replays && st.graphs_recorded == want_rec, name,
                "%lld decode steps: greedy tokens %s, logits max row rel diff %.2e (want 0), %lld of them graph "
-               "replays (want %lld), %lld graphs recorded (want %lld)",
+               "replays (want %lld), %lld graphs recorded (want %lld)%s%s",
                (long long)steps, same_tokens ? "identical" : "DIFFER", worst, (long long)replays,
-               (long long)want_replays, (long long)st.graphs_recorded, (long long)want_rec);
+               (long long)want_replays, (long long)st.graphs_recorded, (long long)want_rec,
+               st.graphs_off[0] ? "; graphs off: " : "", st.graphs_off);
 out:
     free(lg), free(lp);
     mf_session_free(sg);
@@ -1559,9 +1565,10 @@ static void greedy_sessions(const char *name, mf_model *m, const fixture *f, boo
     const int64_t want_rec = graphs ? 3 : 0, want_graph_steps = graphs ? 12 : 0;
     report(same == steps && st.graphs_recorded == want_rec && graph_steps == want_graph_steps, name,
            "%lld of %lld greedy ids (and max values) equal to the argmax of the logits; %lld graphs recorded (want "
-           "%lld), %lld of 12 decode steps replayed (want %lld)",
+           "%lld), %lld of 12 decode steps replayed (want %lld)%s%s",
            (long long)same, (long long)steps, (long long)st.graphs_recorded, (long long)want_rec,
-           (long long)graph_steps, (long long)want_graph_steps);
+           (long long)graph_steps, (long long)want_graph_steps, st.graphs_off[0] ? "; graphs off: " : "",
+           st.graphs_off);
     expect_err(name, mf_session_forward_greedy(sb, 1, slots, cur, o1, NULL, vals), MF_ERR_INVALID_ARG,
                "session_forward_greedy: ids is NULL", NULL);
     expect_err(name, mf_session_forward_greedy(sb, 0, slots, cur, o1, ids, vals), MF_ERR_INVALID_ARG,
@@ -1652,9 +1659,10 @@ static void topk_sessions(const char *name, mf_model *m, const fixture *f, bool 
     const int64_t want_rec = graphs ? (K1 == K2 ? 2 : 3) : 0, want_graph_steps = graphs ? 10 : 0;
     report(good == rows && reads_good == rows && st.graphs_recorded == want_rec && graph_steps == want_graph_steps, name,
            "%lld of %lld candidate rows = the logits' top-k and row sums, %lld logits rows read back equal; %lld "
-           "graphs recorded (want %lld), %lld of 10 decode steps replayed (want %lld)",
+           "graphs recorded (want %lld), %lld of 10 decode steps replayed (want %lld)%s%s",
            (long long)good, (long long)rows, (long long)reads_good, (long long)st.graphs_recorded, (long long)want_rec,
-           (long long)graph_steps, (long long)want_graph_steps);
+           (long long)graph_steps, (long long)want_graph_steps, st.graphs_off[0] ? "; graphs off: " : "",
+           st.graphs_off);
     expect_err(name, mf_session_forward_topk(sb, 1, slots, cur, o1, 0, scale, ids, vals, stats), MF_ERR_INVALID_ARG,
                "session_forward_topk: k 0 not in", NULL);
     expect_err(name, mf_session_forward_topk(sb, 1, slots, cur, o1, K1, 0.0f, ids, vals, stats), MF_ERR_INVALID_ARG,

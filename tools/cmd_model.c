@@ -535,6 +535,7 @@ typedef struct {
     int64_t dec_ops, dec_launches; // the last decode step's ops (a graph: those it recorded) and host launches
     double dec_host_us;    // the last decode step's host time until all was queued
     bool dec_graph;        // the last decode step replayed a CUDA Graph
+    bool graphs_told;      // the reason graphs went off was printed
 } bench_run;
 
 static int32_t argmax_row(const float *x, int32_t n) {
@@ -576,8 +577,13 @@ static mf_status run_decode_step(bench_run *r, double *secs) {
     }
     *secs = now_s() - t0;
     mf_session_stats ss;
-    if (st == MF_OK && mf_session_get_stats(r->s, &ss) == MF_OK)
+    if (st == MF_OK && mf_session_get_stats(r->s, &ss) == MF_OK) {
         r->dec_ops = ss.ops, r->dec_launches = ss.launches, r->dec_host_us = ss.host_us, r->dec_graph = ss.graph;
+        if (ss.graphs_off[0] && !r->graphs_told) {
+            fprintf(stderr, "minfer: bench model: decode graphs turned off: %s\n", ss.graphs_off);
+            r->graphs_told = true;
+        }
+    }
     return st;
 }
 

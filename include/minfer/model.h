@@ -161,6 +161,7 @@ typedef struct {
     bool graph;            // the last call replayed (or recorded then replayed) a graph
     int64_t graphs_recorded;  // since the session was created
     int64_t graphs_replayed;
+    char graphs_off[192];     // why a failed recording turned graphs off for the session ("" if none did)
 } mf_session_stats;
 mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out);
 

@@ -557,8 +557,9 @@ static void graph_drop(mf_session *s, int i) {
 // first (the least recently used entry makes room). The attention's key
 // bound is max_seq so that one recording serves every later length. Output:
 // n_seqs rows of `out` (logits, or argmax ids and values). A recording that
-// fails (an op that cannot be recorded) turns graphs off for the session and
-// returns MF_ERR_UNSUPPORTED: the caller runs the step plainly.
+// fails (the capture cannot start, or an op cannot be recorded) turns graphs
+// off for the session, keeps the error for mf_session_get_stats and returns
+// MF_ERR_UNSUPPORTED: the caller runs the step plainly.
 static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
     const int64_t T = n_segs;
     int e = -1, victim = 0;
@@ -573,15 +574,19 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
     if (e < 0) {
         e = victim;
         graph_drop(s, e);
-        MF_TRY(s->be->graph_begin(s->be));
-        s->recording = true;
-        mf_tensor hid;
-        mf_status st = mf_forward_step(s, n_segs, T, &hid);
-        if (st == MF_OK) st = head_queue(s, &hid, out);
+        mf_status st = s->be->graph_begin(s->be), se = MF_OK;
         void *exec = NULL;
-        mf_status se = s->be->graph_end(s->be, &exec);
-        s->recording = false;
+        if (st == MF_OK) {
+            s->recording = true;
+            mf_tensor hid;
+            st = mf_forward_step(s, n_segs, T, &hid);
+            if (st == MF_OK) st = head_queue(s, &hid, out);
+            se = s->be->graph_end(s->be, &exec);
+            s->recording = false;
+        }
         if (st != MF_OK || se != MF_OK) { // not recordable: plain steps from now on (they report real errors)
+            snprintf(s->graphs_off, sizeof s->graphs_off, "recording a decode step of %d sequences: %s", n_segs,
+                     mf_last_error());
             if (exec) s->be->graph_free(s->be, exec);
             s->graphs = false;
             for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
@@ -607,6 +612,7 @@ mf_status mf_session_set_graphs(mf_session *s, bool on) {
     if (!on)
         for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
     s->graphs = on && graphs_possible(s);
+    if (on) s->graphs_off[0] = '\0';
     return MF_OK;
 }
 
@@ -616,6 +622,7 @@ mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out) {
     *out = (mf_session_stats){.ops = s->call_ops, .launches = s->call_launches,
                               .host_us = s->call_host_us < 0 ? 0 : s->call_host_us, .graph = s->call_graph,
                               .graphs_recorded = s->graphs_recorded, .graphs_replayed = s->graphs_replayed};
+    memcpy(out->graphs_off, s->graphs_off, sizeof out->graphs_off);
     return MF_OK;
 }
 

@@ -121,6 +121,7 @@ struct mf_session {
     double call_t0, call_host_us; // call_host_us < 0: not yet marked in this call
     bool call_graph;
     int64_t graphs_recorded, graphs_replayed;
+    char graphs_off[192]; // the error that turned graphs off ("" if none)
 };
 
 // Profiling brackets (one branch when off); they also count the ops of a call.
