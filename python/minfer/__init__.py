@@ -123,9 +123,15 @@ class Backend:
             self.stream = stream or 0
 
     def free(self):
-        if self._handle:
-            L.load().mf_backend_free(self._handle)
-            self._handle = ctypes.c_void_p()
+        """Frees the backend (waits for its queued work first); minfer.backend()
+        then makes a new one for the device."""
+        with self.lock, _on_device(self.key):
+            if self._handle:
+                L.load().mf_backend_free(self._handle)
+                self._handle = ctypes.c_void_p()
+        with _backends_lock:
+            if _backends.get(self.key) is self:
+                del _backends[self.key]
 
     def __repr__(self):
         dev = self.key[0] if self.key[1] is None else f"{self.key[0]}:{self.key[1]}"
@@ -179,9 +185,9 @@ def synchronize(device="cuda"):
 @atexit.register
 def _free_backends():
     with _backends_lock:
-        for be in _backends.values():
-            be.free()
-        _backends.clear()
+        bes = list(_backends.values())
+    for be in bes:
+        be.free()
 
 
 # ---- calling an op ---------------------------------------------------------------
@@ -534,7 +540,15 @@ def moe(x, w_router, w1, w2, top_k, ffn="swiglu", score="softmax", order="score_
         _raise_for(lib.mf_moe_workspace(be.handle, ctypes.byref(args), ctypes.byref(need)))
     if workspace is None:
         workspace = T.empty_like_kind(x, (need.value // 4 + 1,), dtype_of=_I32Like(x))
+    # The library carves its scratch from the start of one run of bytes: a
+    # view that skips or repeats elements (expand, a step) would let it write
+    # outside the memory the view covers.
+    contiguous = workspace.is_contiguous() if T.is_torch(workspace) else workspace.flags["C_CONTIGUOUS"]
+    if not contiguous:
+        raise ValueError("moe: workspace must be contiguous (one run of bytes)")
     wv = T.view(workspace, "moe: workspace", writable=True)
+    if (wv.t.data or 0) % 16:
+        raise ValueError(f"moe: workspace at {wv.t.data or 0:#x} is not 16-byte aligned")
     views.append(wv)
     args.workspace = wv.t.data
     nbytes = workspace.numel() * workspace.element_size() if T.is_torch(workspace) else workspace.nbytes

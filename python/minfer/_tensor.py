@@ -67,10 +67,21 @@ _PAD_ONES = ((1, 1, 1, 1), (1, 1, 1), (1, 1), (1,), ())
 _PAD_ZEROS = ((0, 0, 0, 0), (0, 0, 0), (0, 0), (0,), ())
 
 
+def no_grad_needed(torch, x, what):
+    """minfer's ops have no backward: a tensor that requires grad while
+    autograd records would get a result that silently drops its gradient
+    (or, written in place, a wrong one). Refused, with the way out."""
+    if x.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{what}: the tensor requires grad and minfer's ops have no backward; call them under "
+                           f"torch.no_grad() or torch.inference_mode(), or pass x.detach()")
+
+
 def torch_fields(x, what):
     """(device_key, mf_tensor field values) of torch tensor x: what view()
     checks, without building a ctypes struct."""
     torch = sys.modules["torch"]
+    if x.requires_grad:
+        no_grad_needed(torch, x, what)
     code = _torch_dtypes(torch).get(x.dtype)
     if code is None or x.layout is not torch.strided:
         _view_torch(x, what)  # raises the usual error
@@ -176,6 +187,7 @@ def _view_torch(x, what):
         raise TypeError(f"{what}: tensors on {dev} are not supported (cpu or cuda)")
     if x.is_sparse or x.layout != torch.strided:
         raise TypeError(f"{what}: layout {x.layout} is not supported (strided tensors only)")
+    no_grad_needed(torch, x, what)
     t = L.Tensor()
     _fill(t, x.data_ptr(), code, device, tuple(x.shape), tuple(x.stride()), what)
     return View(x, t, key, "torch")

@@ -21,6 +21,9 @@ padded batch a boolean (batch, 1, q, k) mask, turned into a 0/-inf bias here.
 A float mask (older transformers build additive ones) is used as the bias
 as it is.
 
+While autograd records (training, or scores that require grad), the same
+function runs as torch ops instead: minfer's kernel has no backward.
+
 torch and transformers are imported only when register() or the attention
 function runs, so importing this module needs neither.
 """
@@ -34,6 +37,23 @@ NAME = "minfer_softmax"
 
 def _softmax(x, y, scale, causal, bias):
     return _softmax_op(x, y=y, scale=scale, causal=causal, bias=bias)
+
+
+def _softmax_autograd(torch, x, scale, causal, bias):
+    """The same function in torch ops, for when autograd records (minfer's
+    kernel has no backward): scale, bias, the bottom-right causal mask, an
+    f32 softmax; a fully masked row gives zeros, as the kernel's does."""
+    u = x.float() * scale
+    if bias is not None:
+        u = u + bias.float()
+    if causal:
+        q, k = x.shape[-2], x.shape[-1]
+        i = torch.arange(q, device=x.device)[:, None]
+        j = torch.arange(k, device=x.device)[None, :]
+        u = u.masked_fill(j > i + (k - q), float("-inf"))
+    blind = torch.isneginf(u).all(dim=-1, keepdim=True)
+    w = torch.softmax(u.masked_fill(blind, 0.0), dim=-1).masked_fill(blind, 0.0)
+    return w.to(x.dtype)
 
 
 # Every layer of one forward pass gets the same mask tensor: its bias is
@@ -97,7 +117,10 @@ def minfer_attention_forward(module, query, key, value, attention_mask, dropout=
         is_causal = getattr(module, "is_causal", True) and not getattr(module, "is_cross_attention", False)
     causal = bool(is_causal) and query.shape[-2] > 1
     bias = _bias_of(attention_mask, key.shape[-2], scores.dtype)
-    weights = _softmax(scores, scores, _scale_of(module, query, kwargs), causal, bias)
+    if scores.requires_grad and torch.is_grad_enabled():  # training: torch's ops, which have a backward
+        weights = _softmax_autograd(torch, scores, _scale_of(module, query, kwargs), causal, bias)
+    else:
+        weights = _softmax(scores, scores, _scale_of(module, query, kwargs), causal, bias)
     weights = weights.to(value.dtype)
     if dropout and module.training:
         weights = torch.nn.functional.dropout(weights, p=dropout, training=True)

@@ -163,6 +163,18 @@ def test_cpu_backend():
     still_usable()
 
 
+def test_freed_backend_is_replaced():
+    """free() drops the backend from the cache: the next call gets a new one."""
+    old = minfer.backend("cpu")
+    old.free()
+    with pytest.raises(minfer.MinferError, match="backend already freed"):
+        old.handle
+    be = minfer.backend("cpu")
+    assert be is not old and be.name == "cpu"
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(minfer.softmax(x).sum(axis=1), [1, 1], rtol=1e-6)
+
+
 def test_cuda_backend_refused_without_a_device():
     if minfer.cuda_available():
         pytest.skip("a CUDA device is available")

@@ -69,3 +69,34 @@ def test_bias_cache_follows_the_mask():
     x = torch.randn(2, 1, 3, 5)
     y = minfer.softmax(x, bias=mha._bias_of(m, 5, torch.float32))
     assert (y[0, 0, :, 0] == 0).all() and (y[1, 0, :, 2] == 0).all()
+
+
+def test_grad_mode_takes_torch_ops(models):
+    """With autograd recording, minfer's ops (no backward) refuse tensors that
+    require grad, and the drop-in computes the same function with torch ops:
+    equal to the kernel's result (scale, bias, causal, a blind row) and
+    gradients reach the inputs."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 6, 9, generator=g)
+    bias = torch.zeros(2, 1, 6, 9)
+    bias[1, 0, 2, :] = float("-inf")  # a fully masked row
+    bias[0, 0, :, 3] = float("-inf")
+    want = minfer.softmax(x, scale=0.3, causal=True, bias=bias)
+    got = mha._softmax_autograd(torch, x, 0.3, True, bias)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert (got[1, :, 2] == 0).all()
+    xg = x.clone().requires_grad_(True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        minfer.softmax(xg, scale=0.3)
+    with torch.no_grad():
+        minfer.softmax(xg, scale=0.3)  # fine without autograd
+    eager, ours = models
+    ours.train()
+    try:
+        ids = torch.randint(0, 128, (2, 10), generator=g)
+        loss = ours(ids, labels=ids).loss
+        loss.backward()
+        assert ours.transformer.h[0].attn.c_attn.weight.grad is not None
+    finally:
+        ours.eval()
+        ours.zero_grad(set_to_none=True)

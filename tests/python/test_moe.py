@@ -85,3 +85,29 @@ def test_moe_bad_input_names_the_value():
         minfer.moe(x, wr, w1, w2, 2, workspace=np.zeros(2, np.int32))
     out = minfer.moe(x, wr, w1, w2, 2)  # and the library still works
     assert out.shape == (3, 8) and not np.isnan(out).any()
+
+
+def test_moe_workspace_must_be_one_aligned_run():
+    """The library carves its scratch from the workspace's first byte on: a
+    view that skips or repeats elements, or starts off a 16-byte boundary,
+    is refused before anything is written (nothing outside it changes)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    wr = rng.standard_normal((4, 8)).astype(np.float32)
+    w1 = rng.standard_normal((4, 16, 8)).astype(np.float32)
+    w2 = rng.standard_normal((4, 8, 8)).astype(np.float32)
+    good = minfer.moe(x, wr, w1, w2, 2)
+    big = np.full(1 << 16, 7, np.int32)
+    with pytest.raises(ValueError, match="workspace must be contiguous"):
+        minfer.moe(x, wr, w1, w2, 2, workspace=big[::2])
+    with pytest.raises(ValueError, match="not 16-byte aligned"):
+        minfer.moe(x, wr, w1, w2, 2, workspace=big[1:])
+    assert (big == 7).all()
+    out = minfer.moe(x, wr, w1, w2, 2, workspace=big[4:])  # 16 bytes in: fine
+    np.testing.assert_array_equal(out, good)
+    torch = pytest.importorskip("torch")
+    tb = torch.full((1 << 16,), 7, dtype=torch.int32)
+    tx, twr, tw1, tw2 = (torch.from_numpy(a) for a in (x, wr, w1, w2))
+    with pytest.raises(ValueError, match="workspace must be contiguous"):
+        minfer.moe(tx, twr, tw1, tw2, 2, workspace=tb[:1].expand(60000))
+    assert (tb == 7).all()
