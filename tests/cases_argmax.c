@@ -163,6 +163,10 @@ void th_cases_argmax(th_list *l) {
         argmax_p q = {.dt = dts[d], .rows = 1000, .n = 100, .pad = d == 1 ? 4 : 0, .specials = true};
         add_argmax(l, &q);
     }
+    // More rows than the CUDA grid has blocks (32 per SM: 4224 on an H100):
+    // each block goes round its row loop more than once.
+    argmax_p many = {.dt = MF_DTYPE_BF16, .rows = 9000, .n = 100, .specials = true};
+    add_argmax(l, &many);
     argmax_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "argmax(validation)");
 }

@@ -26,6 +26,7 @@ typedef struct {
     bool fused;
     int64_t n_slots, max_len;
     int bad;               // 0: valid; 1: one slot out of range; 2: one position out of range
+    int64_t pos_min;       // positions drawn from [pos_min, max_len)
 } kv_p;
 
 static void fill_all(th_ctx *ctx, th_buf *b) {
@@ -74,8 +75,8 @@ static th_result run_kv_write(th_ctx *ctx, const void *params) {
     fill_all(ctx, bkc);
     fill_all(ctx, bvc);
 
-    // Distinct (slot, pos) pairs: a partial shuffle of all cells.
-    const int64_t cells = p->n_slots * p->max_len;
+    // Distinct (slot, pos) pairs: a partial shuffle of all cells (positions >= pos_min).
+    const int64_t span = p->max_len - p->pos_min, cells = p->n_slots * span;
     int64_t *perm = th_scratch(ctx, (size_t)cells * sizeof *perm);
     for (int64_t c = 0; c < cells; c++) perm[c] = c;
     th_buf *bs = th_tensor(ctx, MF_DTYPE_I32, 1, &n, NULL, &a.slot);
@@ -84,7 +85,7 @@ static th_result run_kv_write(th_ctx *ctx, const void *params) {
     for (int64_t t = 0; t < n; t++) {
         const int64_t r = t + th_rng_int(&ctx->rng, cells - t), c = perm[r];
         perm[r] = perm[t], perm[t] = c;
-        slot[t] = (int32_t)(c / p->max_len), pos[t] = (int32_t)(c % p->max_len);
+        slot[t] = (int32_t)(c / span), pos[t] = (int32_t)(p->pos_min + c % span);
     }
     const int64_t bad_t = p->bad ? n / 2 : -1;
     if (p->bad == 1) slot[bad_t] = (int32_t)p->n_slots;
@@ -180,10 +181,10 @@ static void add_kv(th_list *l, const kv_p *p) {
     if (p->H) snprintf(q, sizeof q, ",q=%s:%lld", mf_dtype_name(p->qt), (long long)p->H);
     th_add(l, run_kv_write, p, sizeof *p,
            "kv_write(k=%s,cache=%s%s,tokens=%lld,kv_heads=%lld,head_dim=%lld,rot_dim=%lld,layout=%s,slots=%lld,"
-           "max_len=%lld%s)",
+           "max_len=%lld,pos_min=%lld%s)",
            mf_dtype_name(p->kt), mf_dtype_name(p->ct), q, (long long)p->n, (long long)p->KVH, (long long)p->D,
            (long long)p->rot, p->fused ? "fused_qkv" : "padded", (long long)p->n_slots, (long long)p->max_len,
-           p->bad == 1 ? ",bad=slot" : p->bad == 2 ? ",bad=pos" : "");
+           (long long)p->pos_min, p->bad == 1 ? ",bad=slot" : p->bad == 2 ? ",bad=pos" : "");
 }
 
 // ---- argument validation -----------------------------------------------------------
@@ -282,6 +283,16 @@ void th_cases_kv_write(th_list *l) {
                   .rot = 64, .n_slots = 2, .max_len = 16, .bad = b};
         add_kv(l, &p);
     }
+    // More tokens than the CUDA grid has blocks: each block goes round its
+    // token loop more than once.
+    kv_p many = {.kt = MF_DTYPE_BF16, .ct = MF_DTYPE_BF16, .qt = MF_DTYPE_BF16, .n = 9000, .H = 2, .KVH = 1, .D = 8,
+                 .rot = 8, .n_slots = 2, .max_len = 4600};
+    add_kv(l, &many);
+    // Positions past 1e5: angles up to 1.3e5 rad, where sincosf takes its
+    // slow argument reduction.
+    kv_p far = {.kt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .qt = MF_DTYPE_F32, .n = 64, .H = 2, .KVH = 1, .D = 16,
+                .rot = 16, .n_slots = 1, .max_len = 131072, .pos_min = 100000};
+    add_kv(l, &far);
     kv_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "kv_write(validation)");
 }

@@ -152,6 +152,15 @@ __device__ __forceinline__ void mf_st(void *p, int dt, int64_t i, float v) {
         static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
 }
 
+// The RoPE rotation of pair (x0, x1) by (cos c, sin s): y0 = x0 c - x1 s,
+// y1 = x1 c + x0 s, each product and sum rounded on its own (no FMA
+// contraction, as the CPU computes it), so that mf_rope and mf_kv_write give
+// the same bits however ptxas would have fused them.
+__device__ __forceinline__ void mf_rotate(float x0, float x1, float c, float s, float *y0, float *y1) {
+    *y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    *y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 // Vector chunks: 8 consecutive elements = one 16-byte access for f16/bf16,
 // two for f32. The caller guarantees that element i is a multiple of 8 and
 // that p + i is 16-byte aligned.

@@ -60,8 +60,7 @@ __device__ __forceinline__ void rot_unit(const void *src, int sdt, int64_t so, v
 #pragma unroll
         for (int j = 0; j < kMfVec; j++) {
             const float2 c = cs[i0 + j]; // (cos, sin)
-            y0[j] = x0[j] * c.x - x1[j] * c.y;
-            y1[j] = x1[j] * c.x + x0[j] * c.y;
+            mf_rotate(x0[j], x1[j], c.x, c.y, &y0[j], &y1[j]);
         }
         mf_st8(dst, ddt, dof + i0, y0);
         mf_st8(dst, ddt, dof + i0 + half, y1);
@@ -70,8 +69,10 @@ __device__ __forceinline__ void rot_unit(const void *src, int sdt, int64_t so, v
     for (int64_t i = i0; i < i0 + kMfVec && i < half; i++) {
         const float2 c = cs[i];
         const float x0 = mf_ld(src, sdt, so + i), x1 = mf_ld(src, sdt, so + i + half);
-        mf_st(dst, ddt, dof + i, x0 * c.x - x1 * c.y);
-        mf_st(dst, ddt, dof + i + half, x1 * c.x + x0 * c.y);
+        float y0, y1;
+        mf_rotate(x0, x1, c.x, c.y, &y0, &y1);
+        mf_st(dst, ddt, dof + i, y0);
+        mf_st(dst, ddt, dof + i + half, y1);
     }
 }
 

@@ -47,8 +47,10 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeParams p) {
             v = p.k, dt = p.k_dt, o = t * p.k_ts + (h - p.n_heads) * p.k_hs + i;
         }
         const float x0 = mf_ld(v, dt, o), x1 = mf_ld(v, dt, o + p.half);
-        mf_st(v, dt, o, x0 * c - x1 * s);
-        mf_st(v, dt, o + p.half, x1 * c + x0 * s);
+        float y0, y1;
+        mf_rotate(x0, x1, c, s, &y0, &y1);
+        mf_st(v, dt, o, y0);
+        mf_st(v, dt, o + p.half, y1);
     }
 }
 

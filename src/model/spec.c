@@ -76,7 +76,9 @@ int64_t mf_dec_spec_active_params(const mf_dec_spec *s) { return params(s, s->n_
 
 // HF's _compute_default_rope_parameters (+ linear / llama3 scaling), in f32
 // as torch computes it, so that the angles match the reference bit for bit
-// as far as possible.
+// as far as possible. Not quite: theta^e is computed in double and rounded
+// once with its reciprocal, where torch takes a float pow (whose rounding
+// depends on torch's pow kernel) and then 1 / p: entries may differ by 1 ulp.
 void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out) {
     const int32_t half = s->head_dim / 2;
     for (int32_t i = 0; i < half; i++) {
@@ -90,7 +92,7 @@ void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out) {
             const float wavelen = (1.0f / f) * 6.2831853071795864f; // torch: 2*pi / t is t.reciprocal() * 2*pi
             float g = wavelen > lo_wavelen ? f / factor : f; // long wavelengths: scaled down
             if (!(wavelen < hi_wavelen) && !(wavelen > lo_wavelen)) { // between: smooth
-                const float smooth = (old / wavelen - lo) / (hi - lo);
+                const float smooth = ((1.0f / wavelen) * old - lo) / (hi - lo); // torch: old / t is t.reciprocal() * old
                 g = (1.0f - smooth) * g / factor + smooth * g;
             }
             f = g;
