@@ -191,6 +191,9 @@ extern "C" mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *
     mf_status s = MF_OK;
     const Path path = pick(c, p);
     c->attn_path = kPathNames[path];
+    // Device lengths: the next sync reads the counter, even if a later launch
+    // of this call fails (a kernel queued before it may have counted).
+    if (path != kPathNone && p.mode != kModeFixed) c->err_pending = true;
     switch (path) {
     case kPathNone: return MF_OK;
     case kPathDecode: s = mf_cuda_attn_decode(c, p, a->num_splits, a->workspace, a->workspace_bytes); break;
@@ -198,7 +201,6 @@ extern "C" mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *
     case kPathPrefill: s = mf_cuda_attn_prefill(c, p); break;
     case kPathFallback: s = mf_cuda_attn_fallback(c, p); break;
     }
-    if (s == MF_OK && p.mode != kModeFixed) c->err_pending = true; // device lengths: sync reads the counter
     return s;
 }
 

@@ -56,6 +56,24 @@ static void ctx_release(mf_cuda_ctx *c) {
     free(c);
 }
 
+// Errors after which the CUDA context is unusable: every later call of the
+// process returns them (the CUDA programming guide's "sticky" errors).
+static bool cuda_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable: return true;
+    default: return false;
+    }
+}
+
 static mf_status ctx_init(mf_cuda_ctx *c) {
     MF_CUDA_TRY(cudaGetDevice(&c->device));
     MF_CUDA_TRY(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, c->device));
@@ -65,10 +83,16 @@ static mf_status ctx_init(mf_cuda_ctx *c) {
     cudaError_t e = cudaFuncGetAttributes(&fa, mf_cuda_probe_kernel);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return mf_fail(MF_ERR_UNSUPPORTED,
-                       "backend_init: this build has no CUDA kernels for device %d (sm_%d%d): %s; rebuild with "
-                       "CMAKE_CUDA_ARCHITECTURES including %d%d",
-                       c->device, c->cc_major, c->cc_minor, cudaGetErrorString(e), c->cc_major, c->cc_minor);
+        if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction ||
+            e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidKernelImage)
+            return mf_fail(MF_ERR_UNSUPPORTED,
+                           "backend_init: this build has no CUDA kernels for device %d (sm_%d%d): %s; rebuild with "
+                           "CMAKE_CUDA_ARCHITECTURES including %d%d",
+                           c->device, c->cc_major, c->cc_minor, cudaGetErrorString(e), c->cc_major, c->cc_minor);
+        // Anything else, e.g. a context left unusable by an earlier fault in this process.
+        return mf_fail(MF_ERR_CUDA, "backend_init: device %d: %s (%s)%s", c->device, cudaGetErrorString(e),
+                       cudaGetErrorName(e),
+                       cuda_sticky(e) ? ": a kernel of this process faulted earlier; restart the process" : "");
     }
     c->stream = nullptr;
     MF_CUDA_TRY(cudaEventCreateWithFlags(&c->switch_event, cudaEventDisableTiming));
@@ -109,8 +133,36 @@ static void cuda_dealloc(mf_backend *be, void *p) {
     if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError(); // void entry: nothing to report to
 }
 
+// The status for a failed call in a backend entry: a sticky error marks the
+// backend dead (later entries refuse with the same diagnosis), anything
+// else is that call's failure.
+static mf_status cuda_failed(mf_cuda_ctx *c, const char *what, cudaError_t e) {
+    (void)cudaGetLastError();
+    if (cuda_sticky(e)) {
+        c->fatal = true;
+        return mf_fail(MF_ERR_CUDA,
+                       "%s: a kernel queued since the last sync faulted: %s (%s); the CUDA context is unusable: free "
+                       "the backend and restart the process",
+                       what, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return mf_fail(MF_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// Entries that wait or switch streams refuse on a dead backend and while a
+// graph is being recorded (a wait or a cross-stream event inside a capture
+// would break it).
+static mf_status usable(const mf_cuda_ctx *c, const char *what) {
+    if (c->fatal)
+        return mf_fail(MF_ERR_CUDA, "%s: an earlier kernel faulted; the CUDA context is unusable: free the backend "
+                                    "and restart the process",
+                       what);
+    if (c->capturing) return mf_fail(MF_ERR_INVALID_ARG, "%s: a graph is being recorded on this backend", what);
+    return MF_OK;
+}
+
 static mf_status cuda_copy(mf_backend *be, void *dst, const void *src, size_t bytes, mf_copy_kind kind) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    if (kind == MF_COPY_D2H || c->fatal) MF_TRY(usable(c, "backend_copy"));
     cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
     if (kind == MF_COPY_H2D) k = cudaMemcpyHostToDevice;
     if (kind == MF_COPY_D2H) k = cudaMemcpyDeviceToHost;
@@ -126,9 +178,9 @@ static mf_status cuda_copy(mf_backend *be, void *dst, const void *src, size_t by
     // H2D from pinned host memory is truly asynchronous: the source must stay
     // unchanged until the stream reaches the copy (pageable memory is staged
     // before cudaMemcpyAsync returns).
-    MF_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, k, c->stream));
-    if (kind == MF_COPY_D2H) MF_CUDA_TRY(cudaStreamSynchronize(c->stream));
-    return MF_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, c->stream);
+    if (e == cudaSuccess && kind == MF_COPY_D2H) e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? MF_OK : cuda_failed(c, "backend_copy", e);
 }
 
 static mf_status cuda_memset(mf_backend *be, void *dst, int value, size_t bytes) {
@@ -139,13 +191,16 @@ static mf_status cuda_memset(mf_backend *be, void *dst, int value, size_t bytes)
 
 static mf_status cuda_sync(mf_backend *be) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    MF_TRY(usable(c, "backend_sync"));
+    cudaError_t e = cudaSuccess;
     if (c->err_pending) {
         // Read and reset the counter in stream order: one wait covers both.
-        MF_CUDA_TRY(cudaMemcpyAsync(c->err_host, c->err_count, kMfErrSlots * sizeof(unsigned int),
-                                    cudaMemcpyDeviceToHost, c->stream));
-        MF_CUDA_TRY(cudaMemsetAsync(c->err_count, 0, kMfErrSlots * sizeof(unsigned int), c->stream));
+        e = cudaMemcpyAsync(c->err_host, c->err_count, kMfErrSlots * sizeof(unsigned int), cudaMemcpyDeviceToHost,
+                            c->stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(c->err_count, 0, kMfErrSlots * sizeof(unsigned int), c->stream);
     }
-    MF_CUDA_TRY(cudaStreamSynchronize(c->stream));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) return cuda_failed(c, "backend_sync", e);
     if (c->err_pending) {
         c->err_pending = false;
         const unsigned int bad = c->err_host[kMfErrEmbed], bad_attn = c->err_host[kMfErrAttention];
@@ -175,12 +230,32 @@ static mf_status cuda_set_stream(mf_backend *be, void *stream) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (s == c->stream) return MF_OK;
+    MF_TRY(usable(c, "backend_set_stream"));
     if (s) {
         int dev = -1;
         MF_CUDA_TRY(cudaStreamGetDevice(s, &dev));
         if (dev != c->device)
             return mf_fail(MF_ERR_INVALID_ARG, "backend_set_stream: stream %p is on device %d, the backend on %d",
                            stream, dev, c->device);
+    }
+    // The switch orders the new stream after the old one with an event: in a
+    // stream capture someone else started (torch.cuda.graph), that event would
+    // come from outside the capture, which CUDA refuses and which breaks it.
+    const cudaStream_t ends[2] = {c->stream, s};
+    for (int i = 0; i < 2; i++) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        const cudaError_t e = cudaStreamIsCapturing(ends[i], &cs);
+        if (e == cudaErrorStreamCaptureImplicit) { // the legacy stream while a blocking stream captures
+            (void)cudaGetLastError();
+            cs = cudaStreamCaptureStatusActive;
+        } else if (e != cudaSuccess) {
+            return cuda_failed(c, "backend_set_stream: cudaStreamIsCapturing", e);
+        }
+        if (cs != cudaStreamCaptureStatusNone)
+            return mf_fail(MF_ERR_UNSUPPORTED,
+                           "backend_set_stream: stream %p is being captured into a CUDA graph by someone else "
+                           "(e.g. torch.cuda.graph); minfer ops cannot join it",
+                           (void *)ends[i]);
     }
     // Work already queued (it uses the workspace and the error counter) runs
     // before anything queued on the new stream; no host wait.

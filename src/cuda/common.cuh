@@ -36,6 +36,7 @@ struct mf_cuda_ctx {
     cudaStream_t capture;     // graph recording: a private stream (capture cannot use the legacy one), or NULL
     cudaStream_t capture_prev;// the stream graph_begin replaced (restored by graph_end)
     bool capturing;           // between graph_begin and graph_end
+    bool fatal;               // a queued kernel faulted: the CUDA context is unusable (sync, copy, set_stream refuse)
     mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
     mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
     void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)

@@ -14,6 +14,11 @@
 extern "C" mf_status mf_cuda_graph_begin(mf_backend *be) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
     if (c->capturing) return mf_fail(MF_ERR_INVALID_ARG, "graph_begin: a graph is being recorded already");
+    if (c->fatal) return mf_fail(MF_ERR_CUDA, "graph_begin: an earlier kernel faulted; the CUDA context is unusable");
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    MF_CUDA_TRY(cudaStreamIsCapturing(c->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) // our capture stream would be pulled into theirs
+        return mf_fail(MF_ERR_UNSUPPORTED, "graph_begin: the backend's stream is being captured by someone else");
     if (!c->capture) MF_CUDA_TRY(cudaStreamCreateWithFlags(&c->capture, cudaStreamNonBlocking));
     MF_CUDA_TRY(cudaEventRecord(c->switch_event, c->stream));
     MF_CUDA_TRY(cudaStreamWaitEvent(c->capture, c->switch_event, 0));

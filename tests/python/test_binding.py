@@ -794,6 +794,23 @@ def test_cuda_embed_and_add(dt):
 
 
 @needs_cuda
+def test_cuda_graph_capture_refused_clearly():
+    """Inside torch.cuda.graph minfer cannot order its stream switch (an event
+    from outside the capture would break it): the op refuses before queueing
+    anything, the capture ends cleanly, and minfer works after it."""
+    x = torch.randn(4, 8, device="cuda")
+    minfer.softmax(x)  # the backend exists before the capture (its creation syncs)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(minfer.MinferError, match="being captured"):
+        with torch.cuda.graph(g):
+            minfer.softmax(x)
+    y = minfer.softmax(x)
+    minfer.synchronize()
+    torch.testing.assert_close(y, torch.softmax(x, dim=-1))
+
+
+@needs_cuda
 def test_cuda_uses_torch_current_stream():
     """Work queued by torch on a side stream must be seen by minfer's op on the
     same stream (and minfer's result by torch's next op there)."""
