@@ -267,6 +267,14 @@ def _opt(x, what, views, writable=False):
     return ctypes.pointer(v.t)
 
 
+def _i32(x, what):
+    """x as a C int32 field takes it: ctypes would silently wrap a larger value."""
+    v = operator.index(x)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise ValueError(f"{what} {v} does not fit an int32")
+    return v
+
+
 def _float(x, what):
     try:
         return float(x)
@@ -523,7 +531,7 @@ def moe(x, w_router, w1, w2, top_k, ffn="swiglu", score="softmax", order="score_
              T.view(out, "moe: out", writable=True)]
     args = L.MoeArgs(x=views[0].t, w_router=views[1].t, w1=views[2].t, w2=views[3].t, out=views[4].t)
     args.ffn, args.score, args.order = _MOE_FFN[ffn], _MOE_SCORE[score], _MOE_ORDER[order]
-    args.top_k = int(top_k)
+    args.top_k = _i32(top_k, "moe: top_k")
     args.renorm = bool(renorm)
     args.routed_scale = _float(routed_scale, "moe: routed_scale")
     args.shared_w1 = _opt(shared_w1, "moe: shared_w1", views)
@@ -638,7 +646,7 @@ def attention(q, k, v, *, causal=False, scale=None, window=0, cu_seqlens_q=None,
     args.scale = _float(scale, "attention: scale")
     args.causal = bool(causal)
     args.window = int(window)
-    args.num_splits = int(num_splits)
+    args.num_splits = _i32(num_splits, "attention: num_splits")
     _call_attention(args, views)
     return (out, lse) if return_lse else out
 

@@ -136,6 +136,8 @@ def test_errors_name_the_value():
         minfer.attention(q, k, v, out=q)
     with pytest.raises(minfer.MinferError, match="dtypes q f32, k f16"):
         minfer.attention(q, k.astype(np.float16), v)
+    with pytest.raises(ValueError, match="num_splits 8589934594 does not fit an int32"):
+        minfer.attention(q, k, v, causal=True, num_splits=2**33 + 2)  # ctypes would have wrapped it to 2
     minfer.attention(q, k, v, causal=True)  # the next valid call works
 
 

@@ -81,6 +81,8 @@ def test_moe_bad_input_names_the_value():
         minfer.moe(x, wr, w1, w2, 5)
     with pytest.raises(ValueError, match="ffn 'relu'"):
         minfer.moe(x, wr, w1, w2, 2, ffn="relu")
+    with pytest.raises(ValueError, match="moe: top_k 4294967298 does not fit an int32"):
+        minfer.moe(x, wr, w1, w2, 2**32 + 2)  # ctypes would have wrapped it to 2
     with pytest.raises(minfer.MinferError, match="workspace of 8 bytes"):
         minfer.moe(x, wr, w1, w2, 2, workspace=np.zeros(2, np.int32))
     out = minfer.moe(x, wr, w1, w2, 2)  # and the library still works
