@@ -69,21 +69,6 @@ MF_CPU_HOT static void scale_row(float *u, int64_t n, float inv) {
     for (int64_t j = 0; j < n; j++) u[j] *= inv;
 }
 
-// sum of exp(u - m) over u[0..n): eight partial sums, so it vectorises.
-MF_CPU_HOT static float block_expsum(const float *u, int64_t n, float m) {
-    float s[8] = {0};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) s[l] += mf_exp_nonpos(u[j + l] - m);
-    for (; j < n; j++) s[0] += mf_exp_nonpos(u[j] - m);
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-// u[0..n) = exp(u - m) * inv.
-MF_CPU_HOT static void exp_scale(float *u, int64_t n, float m, float inv) {
-    for (int64_t j = 0; j < n; j++) u[j] = mf_exp_nonpos(u[j] - m) * inv;
-}
-
 // Row r; whole: kRowMax floats of scratch for the one-exp path (NULL: blocks only).
 static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int64_t r, float *whole) {
     float u[kBlk], tmp[kBlk];
@@ -129,7 +114,7 @@ static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int6
             if (s != 0.0f) s *= mf_exp_nonpos((m == -INFINITY ? 0.0f : m) - bm);
             m = bm;
         }
-        s += block_expsum(u, n, m == -INFINITY ? 0.0f : m);
+        s += exp_sum(u, n, m == -INFINITY ? 0.0f : m); // u is scratch: recomputed in pass 2
     }
     const float me = m == -INFINITY ? 0.0f : m;
     const float inv = s == 0.0f ? 0.0f : 1.0f / s; // all masked: zeros; NaN sum: NaN row
@@ -137,7 +122,8 @@ static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int6
     for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
         const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
         row_logits(&rc, j0, n, u, tmp);
-        exp_scale(u, n, me, inv);
+        exp_sum(u, n, me);
+        scale_row(u, n, inv);
         mf_cpu_from_f32(p->y.data, p->y.dtype, rc.yo + j0, u, n);
     }
     store_zeros(p->y.data, p->y.dtype, rc.yo + lim, cols - lim);
