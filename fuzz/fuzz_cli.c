@@ -2,7 +2,7 @@
 // vectors. The input is split at NUL bytes into arguments, each copied into a
 // heap block of its exact size (ASan then sees any read past an argument),
 // and every parser runs on the same vector: generate, score, info, bench
-// model, bench softmax. Accepted options must hold what the commands rely on;
+// model, softmax, attention and moe. Accepted options must hold what the commands rely on;
 // a refusal must come with a one-line message; nothing may leak.
 #include <math.h>
 #include <stdint.h>
@@ -104,18 +104,59 @@ static void run_bench_model(int argc, char **argv, char *err) {
     REQUIRE(o.fmt == MF_BENCH_TABLE || o.fmt == MF_BENCH_CSV || o.fmt == MF_BENCH_JSON);
 }
 
+// What every op bench's options must hold.
+static void check_common(const mf_bench_common_opts *c) {
+    REQUIRE(backend_ok(c->backend) && dtype_ok(c->dt));
+    REQUIRE(c->warmup == -1 || (c->warmup >= 0 && c->warmup <= 1000000));
+    REQUIRE(c->iters == -1 || (c->iters >= 1 && c->iters <= 1000000));
+    REQUIRE(c->max_mb == -1 || (isfinite(c->max_mb) && c->max_mb >= 0));
+    REQUIRE(c->fmt == MF_BENCH_TABLE || c->fmt == MF_BENCH_CSV || c->fmt == MF_BENCH_JSON);
+}
+
+// A shape list within [lo, hi].
+static bool list_ok(const mf_arg_list *l, int64_t lo, int64_t hi) {
+    if (l->n < 0 || l->n > MF_ARGS_MAX_LIST) return false;
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] < lo || l->v[i] > hi) return false;
+    return true;
+}
+
 static void run_bench_softmax(int argc, char **argv, char *err) {
     mf_bench_softmax_opts o;
     mf_args_result r = mf_parse_bench_softmax_args(argc, argv, &o, err);
     check_err(r, err);
     if (r != MF_ARGS_OK) return;
-    REQUIRE(backend_ok(o.backend) && dtype_ok(o.dt));
-    REQUIRE(o.warmup == -1 || (o.warmup >= 0 && o.warmup <= 1000000));
-    REQUIRE(o.iters == -1 || (o.iters >= 1 && o.iters <= 1000000));
+    check_common(&o.com);
     REQUIRE(isfinite(o.scale));
-    REQUIRE(o.max_mb == -1 || (isfinite(o.max_mb) && o.max_mb >= 0));
     REQUIRE((o.fused || o.unfused) && (o.grid || o.sweep));
-    REQUIRE(o.fmt == MF_BENCH_TABLE || o.fmt == MF_BENCH_CSV || o.fmt == MF_BENCH_JSON);
+    REQUIRE(list_ok(&o.batch, 1, INT32_MAX) && list_ok(&o.heads, 1, INT32_MAX) && list_ok(&o.seq, 1, INT32_MAX));
+    const bool listed = o.batch.n || o.heads.n || o.seq.n;
+    REQUIRE(!(listed && o.com.full) && !(listed && !o.grid));
+}
+
+static void run_bench_attention(int argc, char **argv, char *err) {
+    mf_bench_attention_opts o;
+    mf_args_result r = mf_parse_bench_attention_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    check_common(&o.com);
+    REQUIRE((o.prefill || o.decode) && (o.causal || o.noncausal) && o.num_splits >= 0 && o.num_splits <= 256);
+    REQUIRE(list_ok(&o.batch, 1, INT32_MAX) && list_ok(&o.seq, 1, INT32_MAX) && list_ok(&o.heads, 1, 65535) &&
+            list_ok(&o.kv_heads, 1, 65535) && list_ok(&o.head_dim, 1, 65535));
+    REQUIRE(!((o.batch.n || o.seq.n || o.heads.n || o.kv_heads.n || o.head_dim.n) && o.com.full));
+}
+
+static void run_bench_moe(int argc, char **argv, char *err) {
+    mf_bench_moe_opts o;
+    mf_args_result r = mf_parse_bench_moe_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    check_common(&o.com);
+    REQUIRE((o.prefill || o.decode) && (o.even || o.zipf) && (o.seq == -1 || (o.seq >= 1 && o.seq <= 65536)));
+    REQUIRE(list_ok(&o.experts, 1, 256) && list_ok(&o.top_k, 1, 256) && list_ok(&o.hidden, 8, 65536) &&
+            list_ok(&o.batch, 1, 65536));
+    for (int i = 0; i < o.hidden.n; i++) REQUIRE(o.hidden.v[i] % 8 == 0);
+    REQUIRE(!((o.experts.n || o.top_k.n || o.hidden.n || o.batch.n) && o.com.full));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -142,6 +183,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run_info(argc, argv, err);
     run_bench_model(argc, argv, err);
     run_bench_softmax(argc, argv, err);
+    run_bench_attention(argc, argv, err);
+    run_bench_moe(argc, argv, err);
     for (int i = 0; i < argc; i++) free(argv[i]);
     free(argv);
     return 0;

@@ -271,13 +271,15 @@ if want ncu; then
         --batch 8 --seq 2048 --gen 1 --iters 1 --no-graphs --format csv
     else skip "ncu attention" "neither minfer bench attention nor model in this build"; fi
     if has_bench moe; then
-      # the goal shape's prefill: router, permutation, the expert GEMM loop, combine, dense GEMM
-      ncu_case moe "$moe_re" 200 "$minfer" bench moe --mode prefill --routing even --hidden 4096 \
-        --warmup 1 --iters 1 --format csv
+      # prefill of the goal shape (E 32) and of E 8, top-2, hidden 4096, 16 x 2048 tokens: router,
+      # permutation, the expert GEMM loop, combine, dense GEMM
+      ncu_case moe "$moe_re" 200 "$minfer" bench moe --mode prefill --routing even --experts 8,32 --top-k 2 \
+        --hidden 4096 --batch 16 --warmup 1 --iters 1 --no-gemm-ceiling --format csv
       # our sm_90a grouped GEMMs (opt-in path): GEMM 1 (SwiGLU fused) and GEMM 2 of the first
       # case (E 8, top-2, 16 x 2048 tokens); nothing matches where the build or GPU lacks sm_90a
       MINFER_MOE_GEMM=wgmma ncu_case moe-wgmma 'moe_gemm_sm90' 2 "$minfer" bench moe --mode prefill \
-        --routing even --hidden 4096 --warmup 0 --iters 1 --format csv
+        --routing even --experts 8 --top-k 2 --hidden 4096 --batch 16 --warmup 0 --iters 1 \
+        --no-gemm-ceiling --format csv
     else skip "ncu moe" "minfer bench moe not in this build"; fi
   fi
 fi

@@ -116,21 +116,33 @@ bad "--mask upper" bench softmax --mask upper
 bad "--format yaml" bench softmax --format yaml
 bad "--csv needs a value" bench softmax --csv
 bad "unknown option --bogus" bench softmax --bogus 1
+bad "--seq 128,0: want up to 16 comma-separated integers in [1, 2147483647]" bench softmax --seq 128,0
+bad "--full with --batch: the whole grid or the listed shapes" bench softmax --batch 1,4 --full
+bad "--cases sweep with --batch/--heads/--seq" bench softmax --heads 12 --cases sweep
 # ---- bench moe
-bad "unknown option --bogus" bench moe --bogus 1
-bad "bad value '0' for --iters" bench moe --iters 0
+bad "unknown option --bogus (see minfer bench moe --help)" bench moe --bogus 1
+bad "--iters 0: not an integer in [1, 1000000]" bench moe --iters 0
 bad "--mode needs a value" bench moe --mode
-bad "bad value 'both' for --mode" bench moe --mode both
-bad "bad value 'f64' for --dtype" bench moe --dtype f64
+bad "--mode both: not prefill, decode or all" bench moe --mode both
+bad "--routing skew: not even, zipf or both" bench moe --routing skew
+bad "--dtype f64: not bf16, f16 or f32" bench moe --dtype f64
+bad "--hidden 100: not a multiple of 8" bench moe --hidden 4096,100
+bad "--experts 300: want up to 16 comma-separated integers in [1, 256]" bench moe --experts 300
+bad "--top-k 2,: ends with a comma" bench moe --top-k 2,
+bad "--full with --experts" bench moe --experts 8 --full
 # ---- bench attention
 bad "--iters 0: not an integer in [1, 1000000]" bench attention --iters 0
 bad "--dtype f8" bench attention --dtype f8
 bad "--cases both" bench attention --cases both
 bad "--num-splits 999" bench attention --num-splits 999
 bad "--format yaml" bench attention --format yaml
-bad "--max-mb -1: not a finite number >= 0" bench attention --max-mb -1
+bad "--max-mb -1: not >= 0" bench attention --max-mb -1
 bad "--csv needs a value" bench attention --csv
 bad "unknown option --bogus" bench attention --bogus 1
+bad "--mask upper: not causal, none or both" bench attention --mask upper
+bad "--kv-heads 0: want up to 16 comma-separated integers in [1, 65535]" bench attention --kv-heads 0
+bad "--head-dim 64,x" bench attention --head-dim 64,x
+bad "--full with --seq" bench attention --seq 512 --full
 bad "--iters x" bench --iters x
 bad "unknown benchmark 'gemm9'" bench gemm9
 bad "--m 9: not an integer in [1, 8]" bench gemv --m 9
@@ -192,10 +204,48 @@ says "bench gemv (cpu, tiny shapes, csv)" ",tiny,a,2,64,128,0.02,cpu," bench gem
 # 2 (8 5 + 8) = 0.1 KB vs 2 1000 4 = 8.0 KB of logits (83.3x); the host check passed (ok)
 tk=(bench topk --backend cpu --vocab 1000 --batch 2 --k 5 --warmup 0 --iters 1 --format csv)
 says "bench topk (cpu, csv header)" \
-  "backend,vocab,batch,k,dtype,p5_us,p50_us,p95_us,MB_read,GB/s,%copy,host_KB,logits_KB,host_saving,check,device,copy_GB/s,date" \
+  "backend,vocab,batch,k,dtype,p5_us,p50_us,p95_us,MB_read,GB/s,%copy,host_KB,logits_KB,host_saving,check,device,commit,date,copy_GB/s,gemm_TFLOP/s" \
   "${tk[@]}"
 says "bench topk (cpu, vocab 1000, batch 2, k 5, csv row)" "cpu,1000,2,5,f32," "${tk[@]}"
 says "bench topk (cpu, bytes to the host and the check)" ",0.1,8.0,83.3,ok," "${tk[@]}"
+
+# rows WHAT N NEEDLE ARGS...: exit 0, a CSV on stdout of exactly N rows under its header, and
+# NEEDLE in it. The list flags of the op benches run the product of the lists, no more.
+rows() {
+  local what=$1 want=$2 needle=$3 got
+  shift 3
+  if "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; then
+    got=$(($(wc -l <"$tmp/out") - 1))
+    if [[ $got -eq $want ]] && grep -qF -- "$needle" "$tmp/out"; then
+      pass=$((pass + 1))
+      echo "ok   $what: $got rows"
+      return
+    fi
+    echo "FAIL $what: $got rows (want $want) or no '$needle': $(head -c 400 "$tmp/out")"
+  else
+    echo "FAIL $what: exit $?: $(tail -n 2 "$tmp/err")"
+  fi
+  fail=$((fail + 1))
+}
+one=(--backend cpu --warmup 0 --iters 1 --format csv)
+rows "bench attention: 2 batches x 2 kv-head counts" 4 "prefill,2,4,2,16,16,64,causal,bf16," \
+  bench attention "${one[@]}" --cases prefill --mask causal --batch 1,2 --seq 16 --heads 4 --kv-heads 2,4 --head-dim 64
+rows "bench attention: decode, kv-heads 3 does not divide 4 (skipped)" 1 "decode,1,6,3,1,24,32,none," \
+  bench attention "${one[@]}" --cases decode --seq 24 --heads 4,6 --kv-heads 3 --head-dim 32
+rows "bench softmax: the listed grid, no sweep" 2 "grid,1,2,32,32,causal,bf16,cpu," \
+  bench softmax "${one[@]}" --variant fused --batch 1 --heads 2 --seq 16,32
+rows "bench moe: top-k 8 of 4 experts skipped" 1 "prefill,even,4,2,64,112,1,16,f32," \
+  bench moe "${one[@]}" --mode prefill --routing even --experts 4 --top-k 2,8 --hidden 64 --batch 1
+# Every op bench row names the commit the binary was built from (git's short HEAD, +dirty for
+# an edited tree; "unknown" without git) after the device, and the ceilings measured first.
+src=$(cd "$fix/../.." && pwd)
+head=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+says "bench attention: commit column ($head)" ",$head" bench attention "${one[@]}" --cases prefill --mask none \
+  --batch 1 --seq 16 --heads 2 --head-dim 64
+says "bench attention: provenance columns" ",device,commit,date,copy_GB/s,gemm_TFLOP/s" bench attention "${one[@]}" \
+  --cases prefill --mask none --batch 1 --seq 16 --heads 2 --head-dim 64
+says "bench model: prefill TFLOP/s and % of the GEMM ceiling" "prefill_TFLOP/s,%gemm" bench model --synthetic tiny \
+  --backend cpu --seq 8 --gen 2 --iters 1 --format csv
 
 echo "bad-input cases: $nbad"
 echo "$pass passed, $fail failed"

@@ -637,14 +637,21 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
     // info: parameters = the checkpoint's float tensors (tied embeddings once).
     {
         mf_st_file *stf = NULL;
-        int64_t numel = 0;
+        int64_t numel = 0, layer_mm = 0, experts_mm = 0; // the layers' matrices, the routed experts' apart
         if (mf_st_open_dir(f.dir, &stf) == MF_OK) {
             for (int64_t i = 0; i < mf_st_count(stf); i++) {
                 const mf_st_tensor *t = mf_st_at(stf, i);
                 if (t->supported && t->dtype != MF_DTYPE_I32) numel += t->numel;
+                if (t->ndim >= 2 && (strstr(t->name, ".layers.") || strstr(t->name, ".h.")))
+                    *(strstr(t->name, ".experts.") ? &experts_mm : &layer_mm) += t->numel;
             }
             mf_st_close(stf);
         }
+        // info: the weights a token multiplies by: every 2-D layer tensor, top_k / E of the experts'
+        if (info.n_experts > 0) layer_mm += experts_mm / info.n_experts * info.top_k;
+        snprintf(sub, sizeof sub, "%s info matmul params", name);
+        report(info.layer_matmul_params == layer_mm, sub, "%lld per token (the checkpoint's layer matrices: %lld)",
+               (long long)info.layer_matmul_params, (long long)layer_mm);
         snprintf(sub, sizeof sub, "%s info", name);
         const int32_t want_eos = (int32_t)cJSON_GetObjectItem(f.exp, "eos_id")->valuedouble;
         report(info.n_params == numel && V == f.vocab && info.eos_id == want_eos &&

@@ -19,6 +19,7 @@
 
 #include "bench.h"
 #include "bench_util.h"
+#include "core/error.h"
 #include "minfer/minfer.h"
 #ifdef MF_HAVE_CUDA
 #include "ops/gemm_plan.h"
@@ -40,10 +41,10 @@ static const gv_shape kGpuShapes[] = {
 static const gv_shape kCpuShapes[] = {{"tiny", "a", 64, 128}, {"tiny", "b", 96, 256}};
 static const int64_t kRows[] = {1, 2, 4, 8};
 
-enum { NCOLS = 19 };
+enum { NCOLS = 16 }; // then the session's: device, commit, date, copy_GB/s, gemm_TFLOP/s
 static const char *const col_names[NCOLS] = {
-    "backend", "device", "model", "gemm", "m", "n", "k", "weight_MB", "lt_path", "lt_us", "lt_GB/s", "lt_pct_copy",
-    "gemv_us", "gemv_GB/s", "gemv_pct_copy", "speedup", "max_rel_diff", "copy_GB/s", "date"};
+    "backend", "model", "gemm", "m", "n", "k", "weight_MB", "lt_path", "lt_us", "lt_GB/s", "lt_pct_copy",
+    "gemv_us", "gemv_GB/s", "gemv_pct_copy", "speedup", "max_rel_diff"};
 
 typedef struct {
     mf_backend *be;
@@ -84,8 +85,10 @@ static mf_status time_path(mf_backend *be, mf_bench_timer *timer, const mf_gemm_
     return mf_backend_copy(be, out, a->c.data, cbytes, MF_COPY_D2H);
 }
 
-static mf_status bench_shape(mf_backend *be, mf_bench_timer *timer, const gv_shape *sh, int64_t m, int warmup,
-                             int iters, const char *device, double copy, const char *date, mf_bench_table *tab) {
+static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m, int warmup, int iters) {
+    mf_backend *be = b->be;
+    mf_bench_timer *timer = b->timer;
+    const double copy = b->copy_gbps;
 #ifdef MF_HAVE_CUDA
     const bool cuda = mf_backend_device(be) == MF_DEVICE_CUDA;
 #endif
@@ -95,7 +98,7 @@ static mf_status bench_shape(mf_backend *be, mf_bench_timer *timer, const gv_sha
     void *x = NULL, *w = NULL, *c = NULL;
     uint16_t *hw = malloc(wb > xb ? wb : xb), *c_lt = malloc(cb), *c_gv = malloc(cb);
     double *samples = malloc((size_t)iters * sizeof *samples);
-    mf_status st = hw && c_lt && c_gv && samples ? MF_OK : MF_ERR_OOM;
+    mf_status st = hw && c_lt && c_gv && samples ? MF_OK : mf_fail(MF_ERR_OOM, "bench gemv: out of host memory");
     if (st == MF_OK) st = mf_backend_alloc(be, xb, &x);
     if (st == MF_OK) st = mf_backend_alloc(be, wb, &w);
     if (st == MF_OK) st = mf_backend_alloc(be, cb, &c);
@@ -142,28 +145,25 @@ static mf_status bench_shape(mf_backend *be, mf_bench_timer *timer, const gv_sha
         const double gb = (double)wb / 1e9;
         char cells[NCOLS][192];
         snprintf(cells[0], 64, "%s", mf_backend_name(be));
-        snprintf(cells[1], 192, "%s", device);
-        snprintf(cells[2], 64, "%s", sh->model);
-        snprintf(cells[3], 64, "%s", sh->name);
-        snprintf(cells[4], 64, "%lld", (long long)m);
-        snprintf(cells[5], 64, "%lld", (long long)sh->n);
-        snprintf(cells[6], 64, "%lld", (long long)sh->k);
-        fmt_num(cells[7], 64, (double)wb / 1e6, 2);
-        snprintf(cells[8], 64, "%s", lt_path);
-        fmt_num(cells[9], 64, lt_us, 2);
-        fmt_num(cells[10], 64, gb / (lt_us * 1e-6), 1);
-        fmt_num(cells[11], 64, 100.0 * gb / (lt_us * 1e-6) / copy, 1);
-        fmt_num(cells[12], 64, gv_us, 2);
-        fmt_num(cells[13], 64, gv_us >= 0 ? gb / (gv_us * 1e-6) : -1, 1);
-        fmt_num(cells[14], 64, gv_us >= 0 ? 100.0 * gb / (gv_us * 1e-6) / copy : -1, 1);
-        fmt_num(cells[15], 64, gv_us > 0 ? lt_us / gv_us : -1, 2);
-        if (diff >= 0) snprintf(cells[16], 64, "%.2e", diff);
-        else snprintf(cells[16], 64, "NA");
-        fmt_num(cells[17], 64, copy, 1);
-        snprintf(cells[18], 64, "%s", date);
+        snprintf(cells[1], 64, "%s", sh->model);
+        snprintf(cells[2], 64, "%s", sh->name);
+        snprintf(cells[3], 64, "%lld", (long long)m);
+        snprintf(cells[4], 64, "%lld", (long long)sh->n);
+        snprintf(cells[5], 64, "%lld", (long long)sh->k);
+        fmt_num(cells[6], 64, (double)wb / 1e6, 2);
+        snprintf(cells[7], 64, "%s", lt_path);
+        fmt_num(cells[8], 64, lt_us, 2);
+        fmt_num(cells[9], 64, gb / (lt_us * 1e-6), 1);
+        fmt_num(cells[10], 64, 100.0 * gb / (lt_us * 1e-6) / copy, 1);
+        fmt_num(cells[11], 64, gv_us, 2);
+        fmt_num(cells[12], 64, gv_us >= 0 ? gb / (gv_us * 1e-6) : -1, 1);
+        fmt_num(cells[13], 64, gv_us >= 0 ? 100.0 * gb / (gv_us * 1e-6) / copy : -1, 1);
+        fmt_num(cells[14], 64, gv_us > 0 ? lt_us / gv_us : -1, 2);
+        if (diff >= 0) snprintf(cells[15], 64, "%.2e", diff);
+        else snprintf(cells[15], 64, "NA");
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
-        if (!mf_bench_table_add(tab, row)) st = MF_ERR_OOM;
+        if (!mf_bench_add_row(b, row)) st = mf_fail(MF_ERR_OOM, "bench gemv: out of host memory");
     }
     mf_backend_dealloc(be, x);
     mf_backend_dealloc(be, w);
@@ -228,34 +228,30 @@ int mf_bench_gemv_main(int argc, char **argv) {
         i++;
     }
     mf_bench_session b;
-    if (mf_bench_open(&b, "gemv", backend, (size_t)16 << 20, NCOLS, col_names)) return 1;
+    if (mf_bench_open(&b, "gemv", backend, (size_t)16 << 20, false, NCOLS, col_names)) return 1;
     if (warmup < 0) warmup = b.cuda ? 10 : 1;
     if (iters < 0) iters = b.cuda ? 50 : 3;
-    double copy = 0;
-    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)64 << 20),
-                                      b.cuda ? 20 : 3, &copy);
+    mf_status st = MF_OK;
     const gv_shape *shapes = b.cuda ? kGpuShapes : kCpuShapes;
     const size_t n_shapes =
         b.cuda ? sizeof kGpuShapes / sizeof kGpuShapes[0] : sizeof kCpuShapes / sizeof kCpuShapes[0];
     for (size_t s = 0; s < n_shapes && st == MF_OK; s++)
         for (size_t r = 0; r < sizeof kRows / sizeof kRows[0] && st == MF_OK; r++) {
             const int64_t m = one_m ? one_m : kRows[r];
-            st = bench_shape(b.be, b.timer, &shapes[s], m, (int)warmup, (int)iters, b.device, copy, b.date, b.tab);
+            st = bench_shape(&b, &shapes[s], m, (int)warmup, (int)iters);
             if (one_m) break;
         }
     int rc = 0;
     if (st != MF_OK) {
-        fprintf(stderr, "minfer bench gemv: %s\n", st == MF_ERR_OOM ? "out of memory" : mf_last_error());
+        fprintf(stderr, "minfer bench gemv: %s\n", mf_last_error());
         rc = 1;
     }
-    if (fmt == MF_BENCH_TABLE)
-        printf("# gemv on %s (%s), %s; copy ceiling %.1f GB/s (read + write); median of %ld calls, L2 flushed "
-               "before each; GB/s = weight bytes (n k 2) / time%s\n",
-               mf_backend_name(b.be), b.device, b.date, copy, iters,
-               b.cuda ? "; lt = cuBLASLt (default path), gemv = src/cuda/gemv.cu"
-                      : "; CPU: mf_gemm only (no gemv path)");
-    mf_bench_table_print(b.tab, fmt, stdout);
-    if (mf_bench_table_write_files(b.tab, csv, json, "minfer bench gemv")) rc = 1;
+    if (mf_bench_report(&b, fmt, (int)iters,
+                        b.cuda ? "GB/s = weight bytes (n k 2) / time; lt = cuBLASLt (default path), gemv = "
+                                 "src/cuda/gemv.cu"
+                               : "GB/s = weight bytes (n k 2) / time; CPU: mf_gemm only (no gemv path)",
+                        csv, json))
+        rc = 1;
     mf_bench_close(&b);
     return rc;
 }

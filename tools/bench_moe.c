@@ -19,6 +19,9 @@
 // The routed ids are planted (even: assignment a goes to expert a mod E;
 // zipf: k distinct experts per token drawn with p(e) ~ 1 / (e + 1)), so the
 // router is timed on its own logits and the rest on a known routing.
+// Expert TFLOP/s is also quoted as % of the square GEMM measured at the
+// start (%gemm). --experts/--top-k/--hidden/--batch lists replace the default
+// shapes by their product (make_cases).
 // Without --full: on CUDA the goal shape (hidden 4096, 32 experts, top-2,
 // batch 16 prefill) and decode batches 1 and 16 of it plus a few neighbours;
 // on the CPU a tiny shape (hidden 256) so that it runs in seconds.
@@ -29,22 +32,13 @@
 
 #include "bench.h"
 #include "bench_util.h"
+#include "cli_args.h"
 #include "core/error.h"
 #ifdef MF_HAVE_CUDA
 #include "ops/moe_loop.h"
 #endif
 
-typedef struct {
-    const char *backend;
-    mf_dtype dt;
-    bool full, prefill, decode, even, zipf;
-    int warmup, iters;
-    int64_t seq;      // tokens per sequence in prefill (default 2048; CPU 16)
-    int64_t hidden;   // > 0: only this hidden size
-    double max_mb;
-    mf_bench_format fmt;
-    const char *csv;
-} moe_opts;
+typedef mf_bench_moe_opts moe_opts; // parsed by mf_parse_bench_moe_args (cli_args.c)
 
 typedef struct {
     const char *mode; // "prefill" | "decode"
@@ -118,21 +112,6 @@ static int plant_ids(int32_t *ids, int64_t T, int k, int E, bool zipf, uint64_t 
     return n;
 }
 
-static mf_status upload_random(mf_backend *be, void *dst, mf_dtype dt, int64_t n, float scale, uint64_t seed) {
-    const int64_t blk = n < ((int64_t)1 << 22) ? n : ((int64_t)1 << 22);
-    const size_t es = mf_dtype_size(dt);
-    void *h = malloc((size_t)blk * es);
-    if (!h) return mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
-    mf_bench_fill_random(h, dt, blk, -scale, scale, seed);
-    mf_status st = MF_OK;
-    for (int64_t i = 0; i < n && st == MF_OK; i += blk) {
-        const int64_t m = n - i < blk ? n - i : blk;
-        st = mf_backend_copy(be, (char *)dst + (size_t)i * es, h, (size_t)m * es, MF_COPY_H2D);
-    }
-    free(h);
-    return st;
-}
-
 static mf_tensor view(void *data, mf_dtype dt, mf_device dev, int nd, int64_t d0, int64_t d1, int64_t d2) {
     mf_tensor t;
     const int64_t shape[3] = {d0, d1, d2};
@@ -140,45 +119,41 @@ static mf_tensor view(void *data, mf_dtype dt, mf_device dev, int nd, int64_t d0
     return t;
 }
 
-enum { NCOLS = 31 };
+enum { NCOLS = 29 }; // then the session's: device, commit, date, copy_GB/s, gemm_TFLOP/s
 static const char *const col_names[NCOLS] = {
-    "mode", "routing", "experts", "top_k", "hidden", "ffn", "batch", "tokens", "dtype", "router_us", "permute_us",
-    "experts_us", "combine_us", "layer_us", "overhead_%", "expert_TFLOP/s", "dense_TFLOP/s", "%dense",
-    "experts_used", "weight_GB/s", "%copy", "grouped_us", "grouped_TFLOP/s", "experts_path", "loop_us", "wgmma_us", "wgmma_TFLOP/s", "wgmma_%dense",
-    "device", "copy_GB/s", "date"};
+    "mode",         "routing",     "experts",         "top_k",        "hidden",     "ffn",
+    "batch",        "tokens",      "dtype",           "router_us",    "permute_us", "experts_us",
+    "combine_us",   "layer_us",    "overhead_%",      "expert_TFLOP/s", "dense_TFLOP/s", "%dense",
+    "%gemm",        "experts_used", "weight_GB/s",    "%copy",        "grouped_us", "grouped_TFLOP/s",
+    "experts_path", "loop_us",     "wgmma_us",        "wgmma_TFLOP/s", "wgmma_%dense"};
 
 static double p50_of(mf_bench_timer *tm, mf_bench_fn fn, void *arg, const moe_opts *o, double *samples, mf_status *st) {
     if (*st != MF_OK) return NAN;
-    *st = mf_bench_sample(tm, fn, arg, o->warmup, o->iters, samples);
-    return *st == MF_OK ? mf_bench_stats_of(samples, o->iters).p50 : NAN;
+    *st = mf_bench_sample(tm, fn, arg, o->com.warmup, o->com.iters, samples);
+    return *st == MF_OK ? mf_bench_stats_of(samples, o->com.iters).p50 : NAN;
 }
 
-static void fmt(char *b, double v, int prec) {
-    if (v != v)
-        snprintf(b, 192, "-");
-    else
-        snprintf(b, 192, "%.*f", prec, v);
-}
-
-static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *o, const moe_case *c,
-                            const char *device, double copy, const char *date, mf_bench_table *tab) {
-    const mf_dtype dt = o->dt;
+static mf_status bench_case(mf_bench_session *b, const moe_opts *o, const moe_case *c, int ci, int nc) {
+    mf_backend *be = b->be;
+    mf_bench_timer *tm = b->timer;
+    const double copy = b->copy_gbps;
+    const mf_dtype dt = o->com.dt;
     const mf_device dev = mf_backend_device(be);
     const int64_t T = c->T, H = c->H, I = c->I, E = c->E, k = c->k, N = T * k;
     const size_t es = mf_dtype_size(dt);
     const double w_mb = (double)(E * 3 * I * H) * (double)es / 1e6;
     const double a_mb = ((double)T * H * 2 + (double)N * (H + 2 * I) + (double)N * 3 * I) * (double)es / 1e6 +
                         (double)(H * 3 * I) * (double)es / 1e6;
-    if (w_mb + a_mb > o->max_mb) {
+    if (w_mb + a_mb > o->com.max_mb) {
         fprintf(stderr, "bench moe: skipping %s E=%d k=%d H=%lld batch=%lld: needs %.0f MB (budget %.0f MB)\n", c->mode,
-                c->E, c->k, (long long)H, (long long)c->batch, w_mb + a_mb, o->max_mb);
+                c->E, c->k, (long long)H, (long long)c->batch, w_mb + a_mb, o->com.max_mb);
         return MF_OK;
     }
     void *x = NULL, *wr = NULL, *w1 = NULL, *w2 = NULL, *logits = NULL, *ids = NULL, *wts = NULL, *off = NULL,
          *sorted = NULL, *inv = NULL, *xs = NULL, *h = NULL, *out = NULL, *wd = NULL, *cd = NULL, *rids = NULL,
          *rw = NULL;
     int32_t *ids_h = malloc((size_t)N * sizeof(int32_t));
-    double *samples = calloc((size_t)o->iters, sizeof(double));
+    double *samples = calloc((size_t)o->com.iters, sizeof(double));
     mf_status st = ids_h && samples ? MF_OK : mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
     struct {
         void **p;
@@ -190,12 +165,12 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
               {&out, (size_t)(T * H) * es},     {&wd, (size_t)(H * 3 * I) * es}, {&cd, (size_t)(N * 3 * I) * es},
               {&rids, (size_t)N * 4},           {&rw, (size_t)N * 4}};
     for (size_t i = 0; i < sizeof al / sizeof al[0] && st == MF_OK; i++) st = mf_backend_alloc(be, al[i].bytes, al[i].p);
-    if (st == MF_OK) st = upload_random(be, x, dt, T * H, 1.0f, 1);
-    if (st == MF_OK) st = upload_random(be, wr, dt, E * H, 0.05f, 2);
-    if (st == MF_OK) st = upload_random(be, w1, dt, E * 2 * I * H, 0.02f, 3);
-    if (st == MF_OK) st = upload_random(be, w2, dt, E * H * I, 0.02f, 4);
-    if (st == MF_OK) st = upload_random(be, wd, dt, H * 3 * I, 0.02f, 5);
-    if (st == MF_OK) st = upload_random(be, wts, MF_DTYPE_F32, N, 0.5f, 6);
+    if (st == MF_OK) st = mf_bench_upload_random(be, x, dt, T * H, -1.0f, 1.0f, 1);
+    if (st == MF_OK) st = mf_bench_upload_random(be, wr, dt, E * H, -0.05f, 0.05f, 2);
+    if (st == MF_OK) st = mf_bench_upload_random(be, w1, dt, E * 2 * I * H, -0.02f, 0.02f, 3);
+    if (st == MF_OK) st = mf_bench_upload_random(be, w2, dt, E * H * I, -0.02f, 0.02f, 4);
+    if (st == MF_OK) st = mf_bench_upload_random(be, wd, dt, H * 3 * I, -0.02f, 0.02f, 5);
+    if (st == MF_OK) st = mf_bench_upload_random(be, wts, MF_DTYPE_F32, N, -0.5f, 0.5f, 6);
     const int used = plant_ids(ids_h, T, c->k, c->E, c->zipf, (uint64_t)T * 31 + (uint64_t)E);
     if (st == MF_OK) st = mf_backend_copy(be, ids, ids_h, (size_t)N * 4, MF_COPY_H2D);
     moe_state s = {.be = be};
@@ -266,33 +241,31 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *tm, const moe_opts *
         snprintf(cells[6], 192, "%lld", (long long)c->batch);
         snprintf(cells[7], 192, "%lld", (long long)T);
         snprintf(cells[8], 192, "%s", mf_dtype_name(dt));
-        fmt(cells[9], t_router, 1);
-        fmt(cells[10], t_perm, 1);
-        fmt(cells[11], t_exp, 1);
-        fmt(cells[12], t_comb, 1);
-        fmt(cells[13], layer, 1);
-        fmt(cells[14], 100.0 * (t_router + t_perm + t_comb) / layer, 1);
-        fmt(cells[15], flops / (t_exp * 1e6), 4);
-        fmt(cells[16], flops / (t_dense * 1e6), 4);
-        fmt(cells[17], 100.0 * t_dense / t_exp, 1);
-        snprintf(cells[18], 192, "%d", used);
-        fmt(cells[19], wbytes / (t_exp * 1e3), 1);
-        fmt(cells[20], 100.0 * wbytes / (t_exp * 1e3) / (copy / 2), 1); // copy counts read + write
-        fmt(cells[21], t_grouped, 1);
-        fmt(cells[22], flops / (t_grouped * 1e6), 4);
-        snprintf(cells[23], 192, "%s", path);
-        fmt(cells[24], t_loop, 1);
-        fmt(cells[25], t_wgmma, 1);
-        fmt(cells[26], flops / (t_wgmma * 1e6), 4);
-        fmt(cells[27], 100.0 * t_dense / t_wgmma, 1);
-        snprintf(cells[28], 192, "%s", device);
-        fmt(cells[29], copy, 1);
-        snprintf(cells[30], 192, "%s", date);
+        mf_bench_fmt(cells[9], 192, t_router, 1);
+        mf_bench_fmt(cells[10], 192, t_perm, 1);
+        mf_bench_fmt(cells[11], 192, t_exp, 1);
+        mf_bench_fmt(cells[12], 192, t_comb, 1);
+        mf_bench_fmt(cells[13], 192, layer, 1);
+        mf_bench_fmt(cells[14], 192, 100.0 * (t_router + t_perm + t_comb) / layer, 1);
+        mf_bench_fmt(cells[15], 192, flops / (t_exp * 1e6), 4);
+        mf_bench_fmt(cells[16], 192, flops / (t_dense * 1e6), 4);
+        mf_bench_fmt(cells[17], 192, 100.0 * t_dense / t_exp, 1);
+        mf_bench_fmt(cells[18], 192, 100.0 * flops / (t_exp * 1e6) / b->gemm_tflops, 1);
+        snprintf(cells[19], 192, "%d", used);
+        mf_bench_fmt(cells[20], 192, wbytes / (t_exp * 1e3), 1);
+        mf_bench_fmt(cells[21], 192, 100.0 * wbytes / (t_exp * 1e3) / (copy / 2), 1); // copy counts read + write
+        mf_bench_fmt(cells[22], 192, t_grouped, 1);
+        mf_bench_fmt(cells[23], 192, flops / (t_grouped * 1e6), 4);
+        snprintf(cells[24], 192, "%s", path);
+        mf_bench_fmt(cells[25], 192, t_loop, 1);
+        mf_bench_fmt(cells[26], 192, t_wgmma, 1);
+        mf_bench_fmt(cells[27], 192, flops / (t_wgmma * 1e6), 4);
+        mf_bench_fmt(cells[28], 192, 100.0 * t_dense / t_wgmma, 1);
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
-        if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
-        fprintf(stderr, "bench moe: %s %s E=%d k=%d H=%lld T=%lld: layer %s us, experts %s TFLOP/s (%s%% of dense)\n",
-                c->mode, cells[1], c->E, c->k, (long long)H, (long long)T, cells[13], cells[15], cells[17]);
+        if (!mf_bench_add_row(b, row)) st = mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
+        mf_bench_progress(b, ci, nc, "%s %s E=%d k=%d H=%lld T=%lld: layer %s us, experts %s TFLOP/s (%s%% of dense)",
+                          c->mode, cells[1], c->E, c->k, (long long)H, (long long)T, cells[13], cells[15], cells[17]);
     }
     for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) mf_backend_dealloc(be, *al[i].p);
     free(ids_h);
@@ -308,109 +281,69 @@ static void usage(FILE *f) {
             "  --mode prefill|decode|all (default all)\n"
             "  --routing even|zipf|both  (default both)\n"
             "  --full                    the whole grid (default: a subset; tiny on the CPU)\n"
-            "  --hidden N                only this hidden size\n"
+            "  --experts L --top-k L --hidden L --batch L\n"
+            "                            comma-separated lists: the cases are their product; unlisted ones take\n"
+            "                            experts 32 (CPU 8), top-k 2, hidden 4096 (CPU 256; a multiple of 8),\n"
+            "                            batch 16 prefill and 1,16 decode (CPU 1 and 1,4)\n"
             "  --seq N                   prefill tokens per sequence (default 2048; CPU 16)\n"
+            "  --no-gemm-ceiling         skip the GEMM ceiling (%%gemm \"-\"; for profilers: no cuBLAS kernel)\n"
             "  --warmup N --iters N      (default 5/20 on CUDA, 1/3 on the CPU)\n"
             "  --max-mb N                memory budget per case (default 85%% of free device memory; CPU 2048)\n"
             "  --format table|csv|json   stdout format (default table)\n"
-            "  --csv FILE                also write CSV there\n");
+            "  --csv FILE --json FILE    also write the results there\n");
 }
 
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
+// One case per (mode, routing, E, k, H, batch); FFN width I = 1.75 H.
+static int add_case(const moe_opts *o, bool cuda, bool prefill, bool zipf, int E, int k, int64_t H, int64_t B,
+                    moe_case *cs, int n, int cap) {
+    if (n >= cap) return n;
+    const int64_t seq = o->seq > 0 ? o->seq : cuda ? 2048 : 16;
+    cs[n] = (moe_case){.mode = prefill ? "prefill" : "decode", .E = E, .k = k, .H = H, .I = H * 7 / 4, .batch = B,
+                       .T = prefill ? B * seq : B, .zipf = zipf};
+    return n + 1;
 }
 
-// 0: ok, 1: help, 2: error (message printed).
-static int parse_args(int argc, char **argv, moe_opts *o) {
-    *o = (moe_opts){.backend = "auto", .dt = (mf_dtype)-1, .prefill = true, .decode = true, .even = true,
-                    .zipf = true, .warmup = -1, .iters = -1, .seq = -1, .max_mb = -1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        if (!strcmp(a, "--full")) {
-            o->full = true;
-            continue;
-        }
-        static const char *const known[] = {"--backend", "--dtype", "--mode", "--routing", "--hidden", "--seq",
-                                            "--warmup", "--iters", "--max-mb", "--format", "--csv"};
-        bool is_known = false;
-        for (size_t j = 0; j < sizeof known / sizeof known[0]; j++) is_known |= !strcmp(a, known[j]);
-        if (!is_known) {
-            fprintf(stderr, "minfer: error: bench moe: unknown option %s\n", a);
-            return 2;
-        }
-        if (!v) {
-            fprintf(stderr, "minfer: error: bench moe: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--backend")) {
-            o->backend = v;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "bf16")) o->dt = MF_DTYPE_BF16;
-            else if (!strcmp(v, "f16")) o->dt = MF_DTYPE_F16;
-            else if (!strcmp(v, "f32")) o->dt = MF_DTYPE_F32;
-            else goto bad;
-        } else if (!strcmp(a, "--mode")) {
-            if (strcmp(v, "prefill") && strcmp(v, "decode") && strcmp(v, "all")) goto bad;
-            o->prefill = strcmp(v, "decode") != 0, o->decode = strcmp(v, "prefill") != 0;
-        } else if (!strcmp(a, "--routing")) {
-            if (strcmp(v, "even") && strcmp(v, "zipf") && strcmp(v, "both")) goto bad;
-            o->even = strcmp(v, "zipf") != 0, o->zipf = strcmp(v, "even") != 0;
-        } else if (!strcmp(a, "--hidden")) {
-            if (!parse_int(v, 8, 65536, &n) || n % 8) goto bad;
-            o->hidden = n;
-        } else if (!strcmp(a, "--seq")) {
-            if (!parse_int(v, 1, 1 << 16, &n)) goto bad;
-            o->seq = n;
-        } else if (!strcmp(a, "--warmup")) {
-            if (!parse_int(v, 0, 1000, &n)) goto bad;
-            o->warmup = (int)n;
-        } else if (!strcmp(a, "--iters")) {
-            if (!parse_int(v, 1, 10000, &n)) goto bad;
-            o->iters = (int)n;
-        } else if (!strcmp(a, "--max-mb")) {
-            if (!parse_int(v, 1, (int64_t)1 << 30, &n)) goto bad;
-            o->max_mb = (double)n;
-        } else if (!strcmp(a, "--format")) {
-            if (!strcmp(v, "table")) o->fmt = MF_BENCH_TABLE;
-            else if (!strcmp(v, "csv")) o->fmt = MF_BENCH_CSV;
-            else if (!strcmp(v, "json")) o->fmt = MF_BENCH_JSON;
-            else goto bad;
-        } else if (!strcmp(a, "--csv")) {
-            o->csv = v;
-        } else {
-            fprintf(stderr, "minfer: error: bench moe: unknown option %s\n", a);
-            return 2;
-        }
-        continue;
-    bad:
-        fprintf(stderr, "minfer: error: bench moe: bad value '%s' for %s\n", v, a);
-        return 2;
-    }
-    return 0;
-}
-
+// The case list: the listed shapes' product (an unlisted dimension: experts 32
+// (CPU 8), top-k 2, hidden 4096 (CPU 256), batch 16 prefill and 1,16 decode
+// (CPU 1 and 1,4)); else the brief's grid, whole (--full) or the subset.
 static int make_cases(const moe_opts *o, bool cuda, moe_case *cs, int cap) {
     static const int Es[4] = {8, 16, 32, 64}, ks[3] = {2, 4, 8};
     static const int64_t Hs[3] = {2048, 4096, 8192}, Bs[4] = {1, 4, 16, 32};
+    const bool listed = o->experts.n || o->top_k.n || o->hidden.n || o->batch.n;
     int n = 0;
     for (int m = 0; m < 2; m++) {
         const bool prefill = m == 0;
         if ((prefill && !o->prefill) || (!prefill && !o->decode)) continue;
         for (int z = 0; z < 2; z++) {
             if ((z == 0 && !o->even) || (z == 1 && !o->zipf)) continue;
+            if (listed) {
+                const mf_arg_list dE = {.v = {cuda ? 32 : 8}, .n = 1}, dk = {.v = {2}, .n = 1},
+                                  dH = {.v = {cuda ? 4096 : 256}, .n = 1},
+                                  dB = prefill ? (mf_arg_list){.v = {cuda ? 16 : 1}, .n = 1}
+                                               : (mf_arg_list){.v = {1, cuda ? 16 : 4}, .n = 2};
+                const mf_arg_list *E = o->experts.n ? &o->experts : &dE, *K = o->top_k.n ? &o->top_k : &dk,
+                                  *H = o->hidden.n ? &o->hidden : &dH, *B = o->batch.n ? &o->batch : &dB;
+                for (int ei = 0; ei < E->n; ei++)
+                    for (int ki = 0; ki < K->n; ki++)
+                        for (int hi = 0; hi < H->n; hi++)
+                            for (int bi = 0; bi < B->n; bi++) {
+                                if (K->v[ki] > E->v[ei]) {
+                                    if (!z && prefill)
+                                        fprintf(stderr, "minfer bench moe: skipping top-k %lld with %lld experts\n",
+                                                (long long)K->v[ki], (long long)E->v[ei]);
+                                    continue;
+                                }
+                                n = add_case(o, cuda, prefill, z == 1, (int)E->v[ei], (int)K->v[ki], H->v[hi],
+                                             B->v[bi], cs, n, cap);
+                            }
+                continue;
+            }
             for (int ei = 0; ei < 4; ei++)
                 for (int ki = 0; ki < 3; ki++)
                     for (int hi = 0; hi < 3; hi++)
                         for (int bi = 0; bi < 4; bi++) {
                             int64_t H = Hs[hi];
-                            bool pick = o->full;
+                            bool pick = o->com.full;
                             if (!pick && cuda) // the goal shape, its neighbours in E and k, and decode 1 / 16
                                 pick = hi == 1 && ((ei == 2 && ki == 0) || (ei == 3 && ki == 1) || (ei == 0 && ki == 0)) &&
                                        (prefill ? bi == 2 : (bi == 0 || bi == 2));
@@ -418,15 +351,7 @@ static int make_cases(const moe_opts *o, bool cuda, moe_case *cs, int cap) {
                                 pick = ei == 0 && ki == 0 && hi == 0 && bi < 2;
                                 if (pick) H = 256;
                             }
-                            if (o->hidden) {
-                                if (!o->full && !cuda && pick) H = o->hidden;
-                                else if (H != o->hidden) pick = false;
-                            }
-                            if (!pick || n >= cap) continue;
-                            const int64_t seq = o->seq > 0 ? o->seq : cuda ? 2048 : 16;
-                            cs[n++] = (moe_case){.mode = prefill ? "prefill" : "decode", .E = Es[ei], .k = ks[ki],
-                                                 .H = H, .I = H * 7 / 4, .batch = Bs[bi],
-                                                 .T = prefill ? Bs[bi] * seq : Bs[bi], .zipf = z == 1};
+                            if (pick) n = add_case(o, cuda, prefill, z == 1, Es[ei], ks[ki], H, Bs[bi], cs, n, cap);
                         }
         }
     }
@@ -435,36 +360,38 @@ static int make_cases(const moe_opts *o, bool cuda, moe_case *cs, int cap) {
 
 int mf_bench_moe_main(int argc, char **argv) {
     moe_opts o;
-    const int pr = parse_args(argc, argv, &o);
-    if (pr == 1) {
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_bench_moe_args(argc, argv, &o, err);
+    if (ar == MF_ARGS_HELP) {
         usage(stdout);
         return 0;
     }
-    if (pr) return 2;
+    if (ar != MF_ARGS_OK) {
+        fprintf(stderr, "minfer: error: bench moe: %s\n", err);
+        return 2;
+    }
     mf_bench_session b;
-    if (mf_bench_open(&b, "moe", o.backend, (size_t)64 << 20, NCOLS, col_names)) return 1;
-    if ((int)o.dt < 0) o.dt = b.cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32;
-    if (o.warmup < 0) o.warmup = b.cuda ? 5 : 1;
-    if (o.iters < 0) o.iters = b.cuda ? 20 : 3;
-    if (o.max_mb < 0) o.max_mb = mf_bench_default_max_mb(b.be, 2048, 600);
-    double copy = 0;
-    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)64 << 20),
-                                      b.cuda ? 20 : 3, &copy);
-    moe_case cases[1200];
-    const int n = make_cases(&o, b.cuda, cases, 1200);
-    for (int i = 0; i < n && st == MF_OK; i++)
-        st = bench_case(b.be, b.timer, &o, &cases[i], b.device, copy, b.date, b.tab);
+    if (mf_bench_open(&b, "moe", o.com.backend, (size_t)64 << 20, !o.com.no_gemm, NCOLS, col_names)) return 1;
+    if (!o.com.dt_given) o.com.dt = b.cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32;
+    if (o.com.warmup < 0) o.com.warmup = b.cuda ? 5 : 1;
+    if (o.com.iters < 0) o.com.iters = b.cuda ? 20 : 3;
+    if (o.com.max_mb < 0) o.com.max_mb = mf_bench_default_max_mb(b.be, 2048, 600);
+    enum { CAP = 4096 }; // the lists' product: up to 16^4 x 2 x 2; the full grid: 576
+    moe_case *cases = calloc(CAP, sizeof *cases);
+    const int n = cases ? make_cases(&o, b.cuda, cases, CAP) : 0;
+    mf_status st = cases ? MF_OK : mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
+    if (n == CAP) fprintf(stderr, "minfer bench moe: the lists' product is cut at %d cases\n", CAP);
+    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, &o, &cases[i], i + 1, n);
     int rc = 0;
     if (st != MF_OK) {
         fprintf(stderr, "minfer bench moe: %s\n", mf_last_error());
         rc = 1;
     }
-    if (o.fmt == MF_BENCH_TABLE)
-        printf("# moe on %s (%s), %s; copy %.1f GB/s (read + write); %d iterations, L2 flushed; FFN = 1.75 x hidden, "
-               "SwiGLU; layer = router + permute + experts + combine\n",
-               mf_backend_name(b.be), b.device, b.date, copy, o.iters);
-    mf_bench_table_print(b.tab, o.fmt, stdout);
-    if (mf_bench_table_write_files(b.tab, o.csv, NULL, "minfer bench moe")) rc = 1;
+    if (mf_bench_report(&b, o.com.fmt, o.com.iters,
+                        "FFN = 1.75 x hidden, SwiGLU; layer = router + permute + experts + combine", o.com.csv,
+                        o.com.json))
+        rc = 1;
+    free(cases);
     mf_bench_close(&b);
     return rc;
 }

@@ -86,65 +86,42 @@ static const char *dt_name(mf_dtype dt) { return mf_dtype_name(dt); }
 // Bytes of memory one case needs, by variant.
 static double case_mb(const sm_case *c, const sm_opts *o, bool unfused) {
     const double n = (double)c->batch * (double)c->heads * (double)c->q_len * (double)c->k_len;
-    const double e = (double)mf_dtype_size(o->dt);
+    const double e = (double)mf_dtype_size(o->com.dt);
     double b = 2 * n * e;
     if (unfused) b += n * e + (double)c->q_len * (double)c->k_len;
     return b / 1e6;
 }
 
-// Fills device buffer dst (n elements of dt) with random values: one random
-// host block, copied as many times as needed.
-static mf_status fill_random(mf_backend *be, void *dst, mf_dtype dt, int64_t n, uint64_t seed) {
-    const int64_t blk = n < ((int64_t)1 << 22) ? n : ((int64_t)1 << 22);
-    const size_t es = mf_dtype_size(dt);
-    void *h = malloc((size_t)blk * es);
-    if (!h) return mf_fail(MF_ERR_OOM, "bench: out of host memory");
-    mf_bench_fill_random(h, dt, blk, -8.0f, 8.0f, seed);
-    mf_status st = MF_OK;
-    for (int64_t i = 0; i < n && st == MF_OK; i += blk) {
-        const int64_t m = n - i < blk ? n - i : blk;
-        st = mf_backend_copy(be, (char *)dst + (size_t)i * es, h, (size_t)m * es, MF_COPY_H2D);
-    }
-    free(h);
-    return st;
-}
-
-static void fmt_num(char *buf, size_t cap, double v, int prec) {
-    if (v != v)
-        snprintf(buf, cap, "-");
-    else
-        snprintf(buf, cap, "%.*f", prec, v);
-}
-
-enum { NCOLS = 22 };
+enum { NCOLS = 19 }; // then the session's: device, commit, date, copy_GB/s, gemm_TFLOP/s
 static const char *const col_names[NCOLS] = {
     "case", "batch", "heads", "q_len", "k_len", "mask", "dtype", "kernel", "p5_us", "p50_us", "p95_us",
-    "GB/s", "%copy", "MB_req", "MB_moved", "unf_p50_us", "unf_GB/s", "unf_MB_moved", "speedup",
-    "device", "copy_GB/s", "date"};
+    "GB/s", "%copy", "MB_req", "MB_moved", "unf_p50_us", "unf_GB/s", "unf_MB_moved", "speedup"};
 
 // Runs one case and appends its row; a case that does not fit the budget is
 // reported on stderr and skipped.
-static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const sm_opts *o, const sm_case *c,
-                            const char *device, double copy_gbps, const char *date, mf_bench_table *tab) {
-    const bool do_unf = o->unfused && case_mb(c, o, true) <= o->max_mb;
-    if (case_mb(c, o, false) > o->max_mb) {
+static mf_status bench_case(mf_bench_session *b, const sm_opts *o, const sm_case *c, int ci, int nc) {
+    mf_backend *be = b->be;
+    mf_bench_timer *timer = b->timer;
+    const double copy_gbps = b->copy_gbps;
+    const bool do_unf = o->unfused && case_mb(c, o, true) <= o->com.max_mb;
+    if (case_mb(c, o, false) > o->com.max_mb) {
         fprintf(stderr, "bench softmax: skipping %s %lldx%lldx%lldx%lld: needs %.0f MB (budget %.0f MB)\n", c->kind,
                 (long long)c->batch, (long long)c->heads, (long long)c->q_len, (long long)c->k_len,
-                case_mb(c, o, false), o->max_mb);
+                case_mb(c, o, false), o->com.max_mb);
         return MF_OK;
     }
-    sm_state s = {.be = be, .timer = timer, .dt = o->dt, .q_len = c->q_len, .cols = c->k_len, .scale = o->scale};
+    sm_state s = {.be = be, .timer = timer, .dt = o->com.dt, .q_len = c->q_len, .cols = c->k_len, .scale = o->scale};
     s.rows = c->batch * c->heads * c->q_len;
     const int64_t n = s.rows * s.cols;
-    const size_t bytes = (size_t)n * mf_dtype_size(o->dt);
-    double *samples = calloc((size_t)o->iters, sizeof *samples);
+    const size_t bytes = (size_t)n * mf_dtype_size(o->com.dt);
+    double *samples = calloc((size_t)o->com.iters, sizeof *samples);
     mf_status st = samples ? MF_OK : mf_fail(MF_ERR_OOM, "bench: out of host memory");
     if (st == MF_OK) st = mf_backend_alloc(be, bytes, &s.x);
     if (st == MF_OK) st = mf_backend_alloc(be, bytes, &s.y);
-    if (st == MF_OK) st = fill_random(be, s.x, o->dt, n, (uint64_t)n ^ (uint64_t)c->k_len);
+    if (st == MF_OK) st = mf_bench_upload_random(be, s.x, o->com.dt, n, -8.0f, 8.0f, (uint64_t)n ^ (uint64_t)c->k_len);
     const int64_t shape[4] = {c->batch, c->heads, c->q_len, c->k_len};
-    if (st == MF_OK) st = mf_tensor_make(&s.fused.x, s.x, o->dt, mf_backend_device(be), 4, shape);
-    if (st == MF_OK) st = mf_tensor_make(&s.fused.y, s.y, o->dt, mf_backend_device(be), 4, shape);
+    if (st == MF_OK) st = mf_tensor_make(&s.fused.x, s.x, o->com.dt, mf_backend_device(be), 4, shape);
+    if (st == MF_OK) st = mf_tensor_make(&s.fused.y, s.y, o->com.dt, mf_backend_device(be), 4, shape);
     s.fused.scale = o->scale;
     s.fused.causal = c->causal;
     mf_bench_stats fs = {0}, us = {0};
@@ -156,8 +133,8 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const sm_opts
     }
 #endif
     if (st == MF_OK && o->fused) {
-        st = mf_bench_sample(timer, run_fused, &s, o->warmup, o->iters, samples);
-        fs = mf_bench_stats_of(samples, o->iters);
+        st = mf_bench_sample(timer, run_fused, &s, o->com.warmup, o->com.iters, samples);
+        fs = mf_bench_stats_of(samples, o->com.iters);
     }
     if (st == MF_OK && do_unf) {
         st = mf_backend_alloc(be, bytes, &s.tmp);
@@ -171,12 +148,12 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const sm_opts
             if (st == MF_OK) st = mf_backend_alloc(be, mb, (void **)&s.mask);
             if (st == MF_OK) st = mf_backend_copy(be, s.mask, s.mask_host, mb, MF_COPY_H2D);
         }
-        if (st == MF_OK) st = mf_bench_sample(timer, run_unfused, &s, o->warmup, o->iters, samples);
-        if (st == MF_OK) us = mf_bench_stats_of(samples, o->iters);
+        if (st == MF_OK) st = mf_bench_sample(timer, run_unfused, &s, o->com.warmup, o->com.iters, samples);
+        if (st == MF_OK) us = mf_bench_stats_of(samples, o->com.iters);
     }
     if (st == MF_OK) {
         // Bytes the op needs: x read once, y written once (index-computed masks cost nothing).
-        const double e = (double)mf_dtype_size(o->dt), bh = (double)(c->batch * c->heads);
+        const double e = (double)mf_dtype_size(o->com.dt), bh = (double)(c->batch * c->heads);
         const double req = 2.0 * (double)n * e;
         double visible = (double)n; // keys a row sees: the fused kernel reads only these
         if (c->causal) {
@@ -200,30 +177,27 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const sm_opts
         snprintf(cells[3], 192, "%lld", (long long)c->q_len);
         snprintf(cells[4], 192, "%lld", (long long)c->k_len);
         snprintf(cells[5], 192, "%s", c->causal ? "causal" : "none");
-        snprintf(cells[6], 192, "%s", dt_name(o->dt));
+        snprintf(cells[6], 192, "%s", dt_name(o->com.dt));
         snprintf(cells[7], 192, "%s", kernel);
         const double nan = NAN;
         const double f50 = o->fused ? fs.p50 : nan, u50 = do_unf ? us.p50 : nan;
-        fmt_num(cells[8], 192, o->fused ? fs.p5 : nan, 1);
-        fmt_num(cells[9], 192, f50, 1);
-        fmt_num(cells[10], 192, o->fused ? fs.p95 : nan, 1);
-        fmt_num(cells[11], 192, req / (f50 * 1e3), 1);
-        fmt_num(cells[12], 192, 100.0 * req / (f50 * 1e3) / copy_gbps, 1);
-        fmt_num(cells[13], 192, req / 1e6, 1);
-        fmt_num(cells[14], 192, moved / 1e6, 1);
-        fmt_num(cells[15], 192, u50, 1);
-        fmt_num(cells[16], 192, req / (u50 * 1e3), 1);
-        fmt_num(cells[17], 192, do_unf ? unf_moved / 1e6 : nan, 1);
-        fmt_num(cells[18], 192, u50 / f50, 2);
-        snprintf(cells[19], 192, "%s", device);
-        fmt_num(cells[20], 192, copy_gbps, 1);
-        snprintf(cells[21], 192, "%s", date);
+        mf_bench_fmt(cells[8], 192, o->fused ? fs.p5 : nan, 1);
+        mf_bench_fmt(cells[9], 192, f50, 1);
+        mf_bench_fmt(cells[10], 192, o->fused ? fs.p95 : nan, 1);
+        mf_bench_fmt(cells[11], 192, req / (f50 * 1e3), 1);
+        mf_bench_fmt(cells[12], 192, 100.0 * req / (f50 * 1e3) / copy_gbps, 1);
+        mf_bench_fmt(cells[13], 192, req / 1e6, 1);
+        mf_bench_fmt(cells[14], 192, moved / 1e6, 1);
+        mf_bench_fmt(cells[15], 192, u50, 1);
+        mf_bench_fmt(cells[16], 192, req / (u50 * 1e3), 1);
+        mf_bench_fmt(cells[17], 192, do_unf ? unf_moved / 1e6 : nan, 1);
+        mf_bench_fmt(cells[18], 192, u50 / f50, 2);
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
-        if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench: out of host memory");
-        fprintf(stderr, "bench softmax: %s %lldx%lldx%lldx%lld %s: %s us (unfused %s us)\n", c->kind,
-                (long long)c->batch, (long long)c->heads, (long long)c->q_len, (long long)c->k_len, kernel,
-                cells[9], cells[15]);
+        if (!mf_bench_add_row(b, row)) st = mf_fail(MF_ERR_OOM, "bench: out of host memory");
+        mf_bench_progress(b, ci, nc, "%s %lldx%lldx%lldx%lld %s: %s us (unfused %s us)", c->kind, (long long)c->batch,
+                          (long long)c->heads, (long long)c->q_len, (long long)c->k_len, kernel, cells[9],
+                          cells[15]);
     }
     mf_backend_dealloc(be, s.x);
     mf_backend_dealloc(be, s.y);
@@ -242,6 +216,9 @@ static void usage(FILE *f) {
             "  --variant fused|unfused|both   (default both)\n"
             "  --cases grid|sweep|all    attention grid, row-length sweep, or both (default all)\n"
             "  --full                    the whole grid (default: a representative subset)\n"
+            "  --batch L --heads L --seq L   comma-separated lists: the grid cases are their product\n"
+            "                            (q_len = k_len = seq; defaults batch 1, heads 12, seq 128,512,1024,2048\n"
+            "                            [+4096,8192 on CUDA]); with any of them the sweep runs only when --cases asks\n"
             "  --mask causal|none        mask of the grid cases (default causal; the sweep has none)\n"
             "  --scale S                 (default 0.125)\n"
             "  --warmup N --iters N      (default 10/50 on CUDA, 1/5 on the CPU)\n"
@@ -250,17 +227,28 @@ static void usage(FILE *f) {
             "  --csv FILE --json FILE    also write the results there\n");
 }
 
-// Builds the case list: the grid (subset or full) and the sweep.
+// Builds the case list: the grid (the listed shapes; else the subset or the
+// full grid) and the sweep.
 static int make_cases(const sm_opts *o, bool cuda, sm_case *cases, int cap) {
     int n = 0;
     static const int64_t ks[6] = {128, 512, 1024, 2048, 4096, 8192};
     static const int64_t bs[4] = {1, 4, 16, 32}, hs[3] = {12, 16, 32};
-    if (o->grid) {
+    if (o->grid && (o->batch.n || o->heads.n || o->seq.n)) {
+        const mf_arg_list one = {.v = {1}, .n = 1}, twelve = {.v = {12}, .n = 1};
+        mf_arg_list seqs = {.n = cuda ? 6 : 4};
+        for (int i = 0; i < seqs.n; i++) seqs.v[i] = ks[i];
+        const mf_arg_list *B = o->batch.n ? &o->batch : &one, *H = o->heads.n ? &o->heads : &twelve,
+                          *S = o->seq.n ? &o->seq : &seqs;
+        for (int si = 0; si < S->n; si++)
+            for (int bi = 0; bi < B->n; bi++)
+                for (int hi = 0; hi < H->n && n < cap; hi++)
+                    cases[n++] = (sm_case){"grid", B->v[bi], H->v[hi], S->v[si], S->v[si], o->causal};
+    } else if (o->grid) {
         for (int ki = 0; ki < 6; ki++) {
-            if (!cuda && !o->full && ks[ki] > 2048) continue;
+            if (!cuda && !o->com.full && ks[ki] > 2048) continue;
             for (int bi = 0; bi < 4; bi++)
                 for (int hi = 0; hi < 3; hi++) {
-                    bool pick = o->full;
+                    bool pick = o->com.full;
                     if (!pick && cuda) // subset: small, medium and large batch*heads
                         pick = (bi == 0 && hi == 2) || (bi == 1 && hi == 1) || (bi == 2 && hi == 0);
                     if (!pick && !cuda) pick = bi == 0 && hi == 0;
@@ -290,28 +278,24 @@ int mf_bench_softmax_main(int argc, char **argv) {
         return 2;
     }
     mf_bench_session b;
-    if (mf_bench_open(&b, "softmax", o.backend, (size_t)64 << 20, NCOLS, col_names)) return 1;
-    if (o.warmup < 0) o.warmup = b.cuda ? 10 : 1;
-    if (o.iters < 1) o.iters = b.cuda ? 50 : 5;
-    if (o.max_mb < 0) o.max_mb = mf_bench_default_max_mb(b.be, 1024, 300);
+    if (mf_bench_open(&b, "softmax", o.com.backend, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
+    if (o.com.warmup < 0) o.com.warmup = b.cuda ? 10 : 1;
+    if (o.com.iters < 1) o.com.iters = b.cuda ? 50 : 5;
+    if (o.com.max_mb < 0) o.com.max_mb = mf_bench_default_max_mb(b.be, 1024, 300);
+    enum { CAP = MF_ARGS_MAX_LIST * MF_ARGS_MAX_LIST * MF_ARGS_MAX_LIST + 16 };
+    sm_case *cases = calloc(CAP, sizeof *cases);
+    const int n = cases ? make_cases(&o, b.cuda, cases, CAP) : 0;
+    mf_status st = cases ? MF_OK : mf_fail(MF_ERR_OOM, "bench: out of host memory");
+    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, &o, &cases[i], i + 1, n);
     int rc = 0;
-    double copy = 0;
-    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)256 << 20),
-                                      b.cuda ? 20 : 5, &copy);
-    sm_case cases[128];
-    const int n = make_cases(&o, b.cuda, cases, 128);
-    for (int i = 0; i < n && st == MF_OK; i++)
-        st = bench_case(b.be, b.timer, &o, &cases[i], b.device, copy, b.date, b.tab);
     if (st != MF_OK) {
         fprintf(stderr, "minfer bench softmax: %s\n", mf_last_error());
         rc = 1;
     }
-    if (o.fmt == MF_BENCH_TABLE)
-        printf("# softmax on %s (%s), %s; copy ceiling %.1f GB/s (read + write); %d iterations, L2 flushed; "
-               "GB/s counts x read once + y written once\n",
-               mf_backend_name(b.be), b.device, b.date, copy, o.iters);
-    mf_bench_table_print(b.tab, o.fmt, stdout);
-    if (mf_bench_table_write_files(b.tab, o.csv, o.json, "minfer bench softmax")) rc = 1;
+    if (mf_bench_report(&b, o.com.fmt, o.com.iters, "GB/s counts x read once + y written once", o.com.csv,
+                        o.com.json))
+        rc = 1;
+    free(cases);
     mf_bench_close(&b);
     return rc;
 }

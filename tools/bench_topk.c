@@ -54,10 +54,10 @@ static mf_status run_topk(void *arg) {
     return mf_topk(c->be, &c->a);
 }
 
-enum { NCOLS = 18 };
+enum { NCOLS = 15 }; // then the session's: device, commit, date, copy_GB/s, gemm_TFLOP/s
 static const char *const col_names[NCOLS] = {
     "backend", "vocab", "batch", "k", "dtype", "p5_us", "p50_us", "p95_us", "MB_read", "GB/s", "%copy",
-    "host_KB", "logits_KB", "host_saving", "check", "device", "copy_GB/s", "date"};
+    "host_KB", "logits_KB", "host_saving", "check"};
 
 static void fmt_num(char *buf, size_t cap, double v, int prec) {
     if (!(v >= 0) || isinf(v)) snprintf(buf, cap, "NA");
@@ -99,9 +99,11 @@ static const char *check_row(const void *x, mf_dtype dt, int64_t r, int64_t n, i
 }
 
 // Times one case and appends its row. *failed is set when the check fails.
-static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const tk_opts *o, mf_dtype dt, int64_t V,
-                            int64_t B, int64_t k, const char *device, double copy, const char *date,
-                            mf_bench_table *tab, bool *failed) {
+static mf_status bench_case(mf_bench_session *b, const tk_opts *o, mf_dtype dt, int64_t V, int64_t B, int64_t k,
+                            int ci, int nc, bool *failed) {
+    mf_backend *be = b->be;
+    mf_bench_timer *timer = b->timer;
+    const double copy = b->copy_gbps;
     const size_t es = mf_dtype_size(dt), xb = (size_t)(B * V) * es, ob = (size_t)(B * k) * 4, sb = (size_t)B * 8;
     void *x = NULL, *ids = NULL, *vals = NULL, *stats = NULL;
     void *hx = malloc(xb);
@@ -158,14 +160,11 @@ static mf_status bench_case(mf_backend *be, mf_bench_timer *timer, const tk_opts
         fmt_num(cells[12], 192, logits / 1e3, 1);
         fmt_num(cells[13], 192, logits / host, 1);
         snprintf(cells[14], 192, "%s", bad ? "FAIL" : "ok");
-        snprintf(cells[15], 192, "%s", device);
-        fmt_num(cells[16], 192, copy, 1);
-        snprintf(cells[17], 192, "%s", date);
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
-        if (!mf_bench_table_add(tab, row)) st = mf_fail(MF_ERR_OOM, "bench topk: out of host memory");
-        fprintf(stderr, "bench topk: vocab %lld batch %lld k %lld %s: p50 %s us, %s GB/s (%s%% of copy)\n",
-                (long long)V, (long long)B, (long long)k, mf_dtype_name(dt), cells[6], cells[9], cells[10]);
+        if (!mf_bench_add_row(b, row)) st = mf_fail(MF_ERR_OOM, "bench topk: out of host memory");
+        mf_bench_progress(b, ci, nc, "vocab %lld batch %lld k %lld %s: p50 %s us, %s GB/s (%s%% of copy)",
+                          (long long)V, (long long)B, (long long)k, mf_dtype_name(dt), cells[6], cells[9], cells[10]);
     }
     mf_backend_dealloc(be, x);
     mf_backend_dealloc(be, ids);
@@ -311,7 +310,7 @@ int mf_bench_topk_main(int argc, char **argv) {
     }
     if (pr) return pr;
     mf_bench_session b;
-    if (mf_bench_open(&b, "topk", o.backend, (size_t)64 << 20, NCOLS, col_names)) return 1;
+    if (mf_bench_open(&b, "topk", o.backend, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
     if (o.warmup < 0) o.warmup = b.cuda ? 10 : 1;
     if (o.iters < 0) o.iters = b.cuda ? 50 : 5;
     static const int64_t gpu_vocab[] = {32000, 128256, 151936}, cpu_vocab[] = {32000}, more_vocab[] = {50257, 256000};
@@ -322,21 +321,21 @@ int mf_bench_topk_main(int argc, char **argv) {
     default_list(&o.k, def_k, 2, more_k, 2, o.full);
     if (o.full && o.n_dt == 1 && o.dt[0] == MF_DTYPE_F32) o.dt[o.n_dt++] = MF_DTYPE_BF16;
 
-    double copy = 0;
-    mf_status st = mf_bench_copy_gbps(b.timer, b.be, b.cuda ? ((size_t)1 << 30) : ((size_t)64 << 20),
-                                      b.cuda ? 20 : 3, &copy);
+    mf_status st = MF_OK;
     bool failed = false;
+    const int nc = o.n_dt * o.vocab.n * o.batch.n * o.k.n;
+    int ci = 0;
     for (int d = 0; d < o.n_dt && st == MF_OK; d++)
         for (int vi = 0; vi < o.vocab.n && st == MF_OK; vi++)
             for (int bi = 0; bi < o.batch.n && st == MF_OK; bi++)
                 for (int ki = 0; ki < o.k.n && st == MF_OK; ki++) {
+                    ci++;
                     if (o.k.v[ki] > o.vocab.v[vi]) {
-                        fprintf(stderr, "bench topk: skipping k %lld > vocab %lld\n", (long long)o.k.v[ki],
-                                (long long)o.vocab.v[vi]);
+                        fprintf(stderr, "minfer bench topk: [%d/%d] skipping k %lld > vocab %lld\n", ci, nc,
+                                (long long)o.k.v[ki], (long long)o.vocab.v[vi]);
                         continue;
                     }
-                    st = bench_case(b.be, b.timer, &o, o.dt[d], o.vocab.v[vi], o.batch.v[bi], o.k.v[ki], b.device, copy,
-                                    b.date, b.tab, &failed);
+                    st = bench_case(&b, &o, o.dt[d], o.vocab.v[vi], o.batch.v[bi], o.k.v[ki], ci, nc, &failed);
                 }
     int rc = 0;
     if (st != MF_OK) {
@@ -347,13 +346,12 @@ int mf_bench_topk_main(int argc, char **argv) {
         fprintf(stderr, "minfer bench topk: some outputs failed the host check (column check)\n");
         rc = 1;
     }
-    if (o.fmt == MF_BENCH_TABLE)
-        printf("# topk on %s (%s), %s; copy ceiling %.1f GB/s (read + write); p5/p50/p95 of %ld calls, L2 flushed "
-               "before each; MB_read = B V esize (the logits once), GB/s = that / p50; host_KB = B (8k + 8) "
-               "crossing to the host vs logits_KB = B V 4 (f32 logits); scale %g\n",
-               mf_backend_name(b.be), b.device, b.date, copy, o.iters, (double)o.scale);
-    mf_bench_table_print(b.tab, o.fmt, stdout);
-    if (mf_bench_table_write_files(b.tab, o.csv, o.json, "minfer bench topk")) rc = 1;
+    char note[320];
+    snprintf(note, sizeof note,
+             "MB_read = B V esize (the logits once), GB/s = that / p50; host_KB = B (8k + 8) crossing to the host "
+             "vs logits_KB = B V 4 (f32 logits); scale %g",
+             (double)o.scale);
+    if (mf_bench_report(&b, o.fmt, (int)o.iters, note, o.csv, o.json)) rc = 1;
     mf_bench_close(&b);
     return rc;
 }

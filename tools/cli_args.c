@@ -1,5 +1,5 @@
-// Option parsing of generate, score, info, bench model and bench softmax
-// (tools/cli_args.h). Plain C over argv: no library calls, so that
+// Option parsing of generate, score, info and bench model, softmax, attention
+// and moe (tools/cli_args.h). Plain C over argv: no library calls, so that
 // fuzz/fuzz_cli.c can run it on arbitrary argument vectors.
 #include "cli_args.h"
 
@@ -333,17 +333,18 @@ mf_args_result mf_parse_info_args(int argc, char **argv, mf_info_opts *o, char e
 
 // ---- bench model ------------------------------------------------------------------------------------------
 
-// "1,4,8" -> v[0 .. *n), each in [1, 2^31), at most MF_ARGS_MAX_LIST.
-static mf_args_result list_opt(const char *flag, const char *s, int64_t *v, int *n, char *err) {
+// "1,4,8" -> v[0 .. *n), each in [lo, hi], at most MF_ARGS_MAX_LIST.
+static mf_args_result list_opt(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *v, int *n,
+                               char *err) {
     *n = 0;
     const char *p = s;
     do {
         char *end;
         errno = 0;
         const long long x = strtoll(p, &end, 10);
-        if (end == p || (*end != ',' && *end) || errno || x < 1 || x > INT32_MAX || *n == MF_ARGS_MAX_LIST)
-            return bad(err, "%s %.80s: want up to %d comma-separated integers in [1, 2147483647]", flag, s,
-                       MF_ARGS_MAX_LIST);
+        if (end == p || (*end != ',' && *end) || errno || x < lo || x > hi || *n == MF_ARGS_MAX_LIST)
+            return bad(err, "%s %.80s: want up to %d comma-separated integers in [%lld, %lld]", flag, s,
+                       MF_ARGS_MAX_LIST, (long long)lo, (long long)hi);
         v[(*n)++] = x;
         p = *end ? end + 1 : end;
         if (*end && !*p) return bad(err, "%s %.80s: ends with a comma", flag, s);
@@ -371,9 +372,9 @@ mf_args_result mf_parse_bench_model_args(int argc, char **argv, mf_bench_model_o
         const char *v = argv[++i];
         mf_args_result r = MF_ARGS_OK;
         if (!strcmp(a, "--batch")) {
-            r = list_opt(a, v, o->batches, &o->n_batches, err);
+            r = list_opt(a, v, 1, INT32_MAX, o->batches, &o->n_batches, err);
         } else if (!strcmp(a, "--seq")) {
-            r = list_opt(a, v, o->seqs, &o->n_seqs, err);
+            r = list_opt(a, v, 1, INT32_MAX, o->seqs, &o->n_seqs, err);
         } else if (!strcmp(a, "--format")) {
             if (!format_of(v, &o->fmt)) r = bad(err, "--format %.80s: not table, csv or json", v);
         } else if (!strcmp(a, "--gen")) {
@@ -387,59 +388,215 @@ mf_args_result mf_parse_bench_model_args(int argc, char **argv, mf_bench_model_o
     return MF_ARGS_OK;
 }
 
-// ---- bench softmax ------------------------------------------------------------------------------------------
+// ---- op benches: softmax, attention, moe ----------------------------------------------------------------
+
+static void common_defaults(mf_bench_common_opts *c) {
+    *c = (mf_bench_common_opts){.backend = "auto", .dt = MF_DTYPE_BF16, .fmt = MF_BENCH_TABLE, .warmup = -1,
+                                .iters = -1, .max_mb = -1};
+}
+
+// One option every op bench takes: *taken says whether `a` was one (its value,
+// if any, consumed from argv); MF_ARGS_BAD with err set when its value is bad.
+static mf_args_result common_opt(int argc, char **argv, int *i, mf_bench_common_opts *c, bool *taken, char *err) {
+    static const char *const valued[] = {"--backend", "--csv", "--json", "--warmup", "--iters", "--max-mb",
+                                         "--dtype", "--format", NULL};
+    const char *a = argv[*i];
+    *taken = true;
+    if (!strcmp(a, "--full") || !strcmp(a, "--no-gemm-ceiling")) {
+        *(a[2] == 'f' ? &c->full : &c->no_gemm) = true;
+        return MF_ARGS_OK;
+    }
+    if (!one_of(a, valued)) {
+        *taken = false;
+        return MF_ARGS_OK;
+    }
+    if (*i + 1 >= argc) return bad(err, "%s needs a value", a);
+    const char *v = argv[++*i];
+    if (!strcmp(a, "--backend")) {
+        c->backend = v;
+        if (!backend_ok(v)) return bad(err, "--backend %.80s: not auto, cpu or cuda", v);
+    } else if (!strcmp(a, "--csv")) {
+        c->csv = v;
+    } else if (!strcmp(a, "--json")) {
+        c->json = v;
+    } else if (!strcmp(a, "--warmup")) {
+        return int32_opt(a, v, 0, 1000000, &c->warmup, err);
+    } else if (!strcmp(a, "--iters")) {
+        return int32_opt(a, v, 1, 1000000, &c->iters, err);
+    } else if (!strcmp(a, "--max-mb")) {
+        return double_opt(a, v, 0.0, INFINITY, &c->max_mb, err);
+    } else if (!strcmp(a, "--dtype")) {
+        if (!dtype_of(v, &c->dt)) return bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
+        c->dt_given = true;
+    } else if (!format_of(v, &c->fmt)) {
+        return bad(err, "--format %.80s: not table, csv or json", v);
+    }
+    return MF_ARGS_OK;
+}
+
+// A shape list option of the table (flag, range, destination): *taken says whether `a` was one.
+typedef struct {
+    const char *flag;
+    int64_t lo, hi;
+    mf_arg_list *dst;
+} shape_opt;
+
+static mf_args_result shape_list(int argc, char **argv, int *i, const shape_opt *opts, bool *taken, char *err) {
+    *taken = false;
+    for (; opts->flag; opts++) {
+        if (strcmp(argv[*i], opts->flag)) continue;
+        *taken = true;
+        if (*i + 1 >= argc) return bad(err, "%s needs a value", opts->flag);
+        const char *v = argv[++*i];
+        return list_opt(opts->flag, v, opts->lo, opts->hi, opts->dst->v, &opts->dst->n, err);
+    }
+    return MF_ARGS_OK;
+}
+
+// Whether any shape list was given; --full with one is refused (which grid would it mean?).
+static mf_args_result shapes_given(const shape_opt *opts, const mf_bench_common_opts *c, const char *cmd,
+                                   bool *given, char *err) {
+    *given = false;
+    const char *first = NULL;
+    for (; opts->flag; opts++)
+        if (opts->dst->n && !first) first = opts->flag;
+    *given = first != NULL;
+    if (first && c->full) return bad(err, "--full with %s: the whole grid or the listed shapes, not both (see minfer bench %s --help)", first, cmd);
+    return MF_ARGS_OK;
+}
+
+// One step of an op bench's option loop at argv[*i]: -h, a common option, a
+// shape list, or one of the bench's own `valued` options, whose flag and value
+// come back in *flag and *v (*flag NULL when the argument was taken here).
+static mf_args_result bench_arg(int argc, char **argv, int *i, mf_bench_common_opts *c, const shape_opt *shapes,
+                                const char *const *valued, const char *cmd, const char **flag, const char **v,
+                                char *err) {
+    const char *a = argv[*i];
+    *flag = NULL;
+    if (is_help(a)) return MF_ARGS_HELP;
+    bool taken;
+    if (common_opt(argc, argv, i, c, &taken, err)) return MF_ARGS_BAD;
+    if (!taken && shape_list(argc, argv, i, shapes, &taken, err)) return MF_ARGS_BAD;
+    if (taken) return MF_ARGS_OK;
+    if (!one_of(a, valued)) return bad(err, "unknown option %.80s (see minfer bench %s --help)", a, cmd);
+    if (*i + 1 >= argc) return bad(err, "%s needs a value", a);
+    *flag = a, *v = argv[++*i];
+    return MF_ARGS_OK;
+}
+
+// v is x, y or both ("all" / "both"): *want_x and *want_y say which. False otherwise.
+static bool either_of(const char *v, const char *x, const char *y, const char *both, bool *want_x, bool *want_y) {
+    if (strcmp(v, x) && strcmp(v, y) && strcmp(v, both)) return false;
+    *want_x = strcmp(v, y) != 0, *want_y = strcmp(v, x) != 0;
+    return true;
+}
 
 mf_args_result mf_parse_bench_softmax_args(int argc, char **argv, mf_bench_softmax_opts *o,
                                            char err[MF_ARGS_ERR_CAP]) {
-    *o = (mf_bench_softmax_opts){.backend = "auto", .dt = MF_DTYPE_BF16, .fmt = MF_BENCH_TABLE, .fused = true,
-                                 .unfused = true, .grid = true, .sweep = true, .causal = true, .warmup = -1,
-                                 .iters = -1, .scale = 0.125f, .max_mb = -1};
+    *o = (mf_bench_softmax_opts){.fused = true, .unfused = true, .grid = true, .sweep = true, .causal = true,
+                                 .scale = 0.125f};
+    common_defaults(&o->com);
     err[0] = 0;
-    static const char *const valued[] = {"--backend", "--csv", "--json", "--warmup", "--iters", "--scale", "--max-mb",
-                                         "--dtype", "--variant", "--cases", "--mask", "--format", NULL};
+    const shape_opt shapes[] = {{"--batch", 1, INT32_MAX, &o->batch},
+                                {"--heads", 1, INT32_MAX, &o->heads},
+                                {"--seq", 1, INT32_MAX, &o->seq},
+                                {NULL, 0, 0, NULL}};
+    static const char *const valued[] = {"--scale", "--variant", "--cases", "--mask", NULL};
+    bool cases_given = false;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (is_help(a)) return MF_ARGS_HELP;
-        if (!strcmp(a, "--full")) {
-            o->full = true;
-            continue;
-        }
-        if (!one_of(a, valued)) return bad(err, "unknown option %.80s (see minfer bench softmax --help)", a);
-        if (i + 1 >= argc) return bad(err, "%s needs a value", a);
-        const char *v = argv[++i];
+        const char *a, *v;
+        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, shapes, valued, "softmax", &a, &v, err);
+        if (step != MF_ARGS_OK) return step;
+        if (!a) continue;
         mf_args_result r = MF_ARGS_OK;
-        if (!strcmp(a, "--backend")) {
-            if (!backend_ok(v)) r = bad(err, "--backend %.80s: not auto, cpu or cuda", v);
-            o->backend = v;
-        } else if (!strcmp(a, "--csv")) {
-            o->csv = v;
-        } else if (!strcmp(a, "--json")) {
-            o->json = v;
-        } else if (!strcmp(a, "--warmup")) {
-            r = int32_opt(a, v, 0, 1000000, &o->warmup, err);
-        } else if (!strcmp(a, "--iters")) {
-            r = int32_opt(a, v, 1, 1000000, &o->iters, err);
-        } else if (!strcmp(a, "--scale")) {
+        if (!strcmp(a, "--scale")) {
             r = float_opt(a, v, -INFINITY, INFINITY, &o->scale, err);
-        } else if (!strcmp(a, "--max-mb")) {
-            r = double_opt(a, v, 0.0, INFINITY, &o->max_mb, err);
-        } else if (!strcmp(a, "--dtype")) {
-            if (!dtype_of(v, &o->dt)) r = bad(err, "--dtype %.80s: not bf16, f16 or f32", v);
         } else if (!strcmp(a, "--variant")) {
-            if (!strcmp(v, "fused") || !strcmp(v, "unfused") || !strcmp(v, "both"))
-                o->fused = strcmp(v, "unfused") != 0, o->unfused = strcmp(v, "fused") != 0;
-            else r = bad(err, "--variant %.80s: not fused, unfused or both", v);
+            if (!either_of(v, "fused", "unfused", "both", &o->fused, &o->unfused))
+                r = bad(err, "--variant %.80s: not fused, unfused or both", v);
         } else if (!strcmp(a, "--cases")) {
-            if (!strcmp(v, "grid") || !strcmp(v, "sweep") || !strcmp(v, "all"))
-                o->grid = strcmp(v, "sweep") != 0, o->sweep = strcmp(v, "grid") != 0;
-            else r = bad(err, "--cases %.80s: not grid, sweep or all", v);
-        } else if (!strcmp(a, "--mask")) {
+            if (!either_of(v, "grid", "sweep", "all", &o->grid, &o->sweep))
+                r = bad(err, "--cases %.80s: not grid, sweep or all", v);
+            cases_given = true;
+        } else {
             if (!strcmp(v, "causal") || !strcmp(v, "none")) o->causal = !strcmp(v, "causal");
             else r = bad(err, "--mask %.80s: not causal or none", v);
-        } else if (!format_of(v, &o->fmt)) {
-            r = bad(err, "--format %.80s: not table, csv or json", v);
         }
         if (r != MF_ARGS_OK) return r;
     }
+    bool listed;
+    if (shapes_given(shapes, &o->com, "softmax", &listed, err)) return MF_ARGS_BAD;
+    if (listed && !cases_given) o->sweep = false; // the listed shapes are what was asked for
+    if (listed && !o->grid) return bad(err, "--cases sweep with --batch/--heads/--seq: the lists shape the grid cases");
+    if (!o->com.dt_given) o->com.dt = MF_DTYPE_BF16;
+    return MF_ARGS_OK;
+}
+
+mf_args_result mf_parse_bench_attention_args(int argc, char **argv, mf_bench_attention_opts *o,
+                                             char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_bench_attention_opts){.prefill = true, .decode = true, .causal = true, .noncausal = true};
+    common_defaults(&o->com);
+    err[0] = 0;
+    const shape_opt shapes[] = {{"--batch", 1, INT32_MAX, &o->batch},
+                                {"--seq", 1, INT32_MAX, &o->seq},
+                                {"--heads", 1, 65535, &o->heads},
+                                {"--kv-heads", 1, 65535, &o->kv_heads},
+                                {"--head-dim", 1, 65535, &o->head_dim},
+                                {NULL, 0, 0, NULL}};
+    static const char *const valued[] = {"--cases", "--mask", "--num-splits", NULL};
+    for (int i = 0; i < argc; i++) {
+        const char *a, *v;
+        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, shapes, valued, "attention", &a, &v, err);
+        if (step != MF_ARGS_OK) return step;
+        if (!a) continue;
+        mf_args_result r = MF_ARGS_OK;
+        if (!strcmp(a, "--cases")) {
+            if (!either_of(v, "prefill", "decode", "all", &o->prefill, &o->decode))
+                r = bad(err, "--cases %.80s: not prefill, decode or all", v);
+        } else if (!strcmp(a, "--mask")) {
+            if (!either_of(v, "causal", "none", "both", &o->causal, &o->noncausal))
+                r = bad(err, "--mask %.80s: not causal, none or both", v);
+        } else {
+            r = int32_opt(a, v, 0, 256, &o->num_splits, err);
+        }
+        if (r != MF_ARGS_OK) return r;
+    }
+    bool listed;
+    if (shapes_given(shapes, &o->com, "attention", &listed, err)) return MF_ARGS_BAD;
+    if (!o->com.dt_given) o->com.dt = MF_DTYPE_BF16;
+    return MF_ARGS_OK;
+}
+
+mf_args_result mf_parse_bench_moe_args(int argc, char **argv, mf_bench_moe_opts *o, char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_bench_moe_opts){.prefill = true, .decode = true, .even = true, .zipf = true, .seq = -1};
+    common_defaults(&o->com);
+    err[0] = 0;
+    const shape_opt shapes[] = {{"--experts", 1, 256, &o->experts},
+                                {"--top-k", 1, 256, &o->top_k},
+                                {"--hidden", 8, 65536, &o->hidden},
+                                {"--batch", 1, 65536, &o->batch},
+                                {NULL, 0, 0, NULL}};
+    static const char *const valued[] = {"--mode", "--routing", "--seq", NULL};
+    for (int i = 0; i < argc; i++) {
+        const char *a, *v;
+        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, shapes, valued, "moe", &a, &v, err);
+        if (step != MF_ARGS_OK) return step;
+        if (!a) continue;
+        mf_args_result r = MF_ARGS_OK;
+        if (!strcmp(a, "--mode")) {
+            if (!either_of(v, "prefill", "decode", "all", &o->prefill, &o->decode))
+                r = bad(err, "--mode %.80s: not prefill, decode or all", v);
+        } else if (!strcmp(a, "--routing")) {
+            if (!either_of(v, "even", "zipf", "both", &o->even, &o->zipf))
+                r = bad(err, "--routing %.80s: not even, zipf or both", v);
+        } else {
+            r = int_opt(a, v, 1, 65536, &o->seq, err);
+        }
+        if (r != MF_ARGS_OK) return r;
+    }
+    bool listed;
+    if (shapes_given(shapes, &o->com, "moe", &listed, err)) return MF_ARGS_BAD;
+    for (int h = 0; h < o->hidden.n; h++)
+        if (o->hidden.v[h] % 8) return bad(err, "--hidden %lld: not a multiple of 8", (long long)o->hidden.v[h]);
     return MF_ARGS_OK;
 }

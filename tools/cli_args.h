@@ -26,8 +26,14 @@ typedef enum { MF_ARGS_OK = 0, MF_ARGS_HELP = 1, MF_ARGS_BAD = 2 } mf_args_resul
 enum {
     MF_ARGS_ERR_CAP = 320,  // bytes of an error message, NUL included
     MF_ARGS_MAX_STOP = 16,  // generate --stop strings
-    MF_ARGS_MAX_LIST = 16,  // bench model --batch / --seq values
+    MF_ARGS_MAX_LIST = 16,  // values of a list option (bench --batch 1,4,16)
 };
+
+// A list-valued option ("--batch 1,4,16"): v[0 .. n), n == 0 when not given.
+typedef struct {
+    int64_t v[MF_ARGS_MAX_LIST];
+    int n;
+} mf_arg_list;
 
 // minfer generate -m DIR -p TEXT [options]
 typedef struct {
@@ -90,19 +96,47 @@ typedef struct {
     bool profile;                     // --profile
 } mf_bench_model_opts;
 
-// minfer bench softmax [options]
+// The options every op bench (softmax, attention, moe) takes.
 typedef struct {
     const char *backend, *csv, *json; // --backend (auto), --csv FILE, --json FILE
-    mf_dtype dt;                      // --dtype (bf16)
+    mf_dtype dt;                      // --dtype (valid when dt_given; the bench has a default)
+    bool dt_given;
     mf_bench_format fmt;              // --format (table)
-    bool full;                        // --full
-    bool fused, unfused;              // --variant (both)
-    bool grid, sweep;                 // --cases (all)
-    bool causal;                      // --mask (causal)
+    bool full;                        // --full: the whole default grid (not with shape lists)
+    bool no_gemm;                     // --no-gemm-ceiling: skip it (profiling runs: no cuBLAS kernel to filter)
     int warmup, iters;                // [0, 10^6] and [1, 10^6]; -1: backend default
+    double max_mb;                    // --max-mb, finite, >= 0; -1: the backend default
+} mf_bench_common_opts;
+
+// minfer bench softmax [options]
+typedef struct {
+    mf_bench_common_opts com;
+    bool fused, unfused;              // --variant (both)
+    bool grid, sweep;                 // --cases (all; grid only when shape lists are given)
+    bool causal;                      // --mask (causal)
     float scale;                      // --scale, finite (0.125)
-    double max_mb;                    // --max-mb, finite, >= 0; -1: from free memory
+    mf_arg_list batch, heads, seq;    // grid shapes (product; q_len = k_len = seq); any given: no default grid
 } mf_bench_softmax_opts;
+
+// minfer bench attention [options]
+typedef struct {
+    mf_bench_common_opts com;
+    bool prefill, decode;             // --cases (all)
+    bool causal, noncausal;           // --mask causal|none|both (both; prefill cases)
+    int num_splits;                   // --num-splits, [0, 256] (0: the dispatch chooses)
+    mf_arg_list batch, seq, heads, kv_heads, head_dim; // shapes (product; decode: seq = cached context;
+                                                       // pairs where kv_heads does not divide heads skipped)
+} mf_bench_attention_opts;
+
+// minfer bench moe [options]
+typedef struct {
+    mf_bench_common_opts com;
+    bool prefill, decode;             // --mode (all)
+    bool even, zipf;                  // --routing (both)
+    int64_t seq;                      // --seq, prefill tokens per sequence, [1, 65536]; -1: 2048 (CPU 16)
+    mf_arg_list experts, top_k, hidden, batch; // shapes (product; top_k > experts skipped): experts and
+                                               // top_k [1, 256], hidden a multiple of 8 in [8, 65536]
+} mf_bench_moe_opts;
 
 mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o, char err[MF_ARGS_ERR_CAP]);
 mf_args_result mf_parse_score_args(int argc, char **argv, mf_score_opts *o, char err[MF_ARGS_ERR_CAP]);
@@ -111,5 +145,8 @@ mf_args_result mf_parse_info_args(int argc, char **argv, mf_info_opts *o, char e
 mf_args_result mf_parse_bench_model_args(int argc, char **argv, mf_bench_model_opts *o, char err[MF_ARGS_ERR_CAP]);
 mf_args_result mf_parse_bench_softmax_args(int argc, char **argv, mf_bench_softmax_opts *o,
                                            char err[MF_ARGS_ERR_CAP]);
+mf_args_result mf_parse_bench_attention_args(int argc, char **argv, mf_bench_attention_opts *o,
+                                             char err[MF_ARGS_ERR_CAP]);
+mf_args_result mf_parse_bench_moe_args(int argc, char **argv, mf_bench_moe_opts *o, char err[MF_ARGS_ERR_CAP]);
 
 #endif // MF_TOOLS_CLI_ARGS_H

@@ -617,6 +617,18 @@ static double step_weight_bytes(const mf_model_info *in, int32_t B) {
     return per_param * (dense + used * one);
 }
 
+// FLOPs of a prefill of B sequences of S new tokens (empty cache): 2 per
+// layer weight per token, the LM head for each sequence's last token, and per
+// layer and head 4 D per visible (query, key) pair (QK^T and PV; causal, and
+// windowed when the model has a sliding window).
+static double prefill_flops(const mf_model_info *in, int32_t B, int64_t S) {
+    double pairs = 0;
+    const int64_t w = in->sliding_window;
+    for (int64_t i = 0; i < S; i++) pairs += (double)(w > 0 && i + 1 > w ? w : i + 1);
+    const double attn = 4.0 * in->n_layers * (double)in->n_heads * in->head_dim * pairs;
+    return (double)B * (2.0 * (double)S * (double)in->layer_matmul_params + attn + 2.0 * in->vocab * (double)in->hidden);
+}
+
 int mf_bench_model_main(int argc, char **argv) {
     mf_bench_model_opts bo;
     char err[MF_ARGS_ERR_CAP];
@@ -665,17 +677,24 @@ int mf_bench_model_main(int argc, char **argv) {
         fail_lib("bench model: copy bandwidth");
         goto out;
     }
+    // The GEMM ceiling prefill is quoted against (as the op benches: bf16 8192^3 on CUDA, f32 1024^3 on the CPU).
+    double gemm_tflops = 0;
+    if (mf_bench_gemm_tflops(timer, be, cuda ? 8192 : 1024, cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32, cuda ? 20 : 3,
+                             &gemm_tflops) != MF_OK) {
+        fail_lib("bench model: GEMM ceiling");
+        goto out;
+    }
     char device[256], date[32];
     mf_bench_device_name(timer, device, sizeof device);
     time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
-    fprintf(stderr, "minfer: bench model: %s, %s, weights %.1f MB (%s), copy %.1f GB/s\n", in.source, device,
-            mb(in.weight_bytes), mf_dtype_name(in.dtype), copy_gbps);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    fprintf(stderr, "minfer: bench model: %s, %s, commit %s, weights %.1f MB (%s), copy %.1f GB/s, GEMM %.3f TFLOP/s\n",
+            in.source, device, mf_build_commit, mb(in.weight_bytes), mf_dtype_name(in.dtype), copy_gbps, gemm_tflops);
 
     static const char *const cols[] = {"model", "backend", "dtype", "attn", "batch", "seq", "fwd_ms", "prefill_tok/s",
-                                       "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s", "%roof", "dec_ops",
-                                       "dec_launches", "dec_host_us", "graphs", "argmax", "mem_MB", "rss_MB",
-                                       "copy_GB/s", "device", "date"};
+                                       "prefill_TFLOP/s", "%gemm", "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s",
+                                       "%roof", "dec_ops", "dec_launches", "dec_host_us", "graphs", "argmax", "mem_MB",
+                                       "rss_MB", "copy_GB/s", "gemm_TFLOP/s", "device", "commit", "date"};
     enum { NC = sizeof cols / sizeof cols[0] };
     tab = mf_bench_table_new(NC, cols);
     static const char *const pcols[] = {"bench", "phase", "op", "calls", "ms", "%", "us/call", "kind"};
@@ -685,7 +704,9 @@ int mf_bench_model_main(int argc, char **argv) {
         goto out;
     }
     mf_bench_table_hide_in_table(tab, "device");
+    mf_bench_table_hide_in_table(tab, "commit");
     mf_bench_table_hide_in_table(tab, "date");
+    mf_bench_table_hide_in_table(tab, "gemm_TFLOP/s");
     mf_bench_table_hide_in_table(ptab, "kind");
     if (profile && prof_init(&prof, cuda, mf_bench_timer_stream(timer))) {
         fprintf(stderr, "minfer: error: bench model: cannot create the profiler's CUDA events\n");
@@ -771,32 +792,43 @@ int mf_bench_model_main(int argc, char **argv) {
                 snprintf(c[5], 256, "%lld", (long long)S);
                 snprintf(c[6], 256, "%.2f", 1e3 * fwd);
                 snprintf(c[7], 256, "%.1f", (double)B * (double)S / fwd);
-                snprintf(c[8], 256, "%.2f", 1e3 * ttft);
-                snprintf(c[9], 256, "%.2f", 1e3 * dec);
-                snprintf(c[10], 256, "%.1f", (double)B / dec);
-                snprintf(c[11], 256, "%.1f", roof);
-                snprintf(c[12], 256, "%.1f", 100.0 * ((double)B / dec) / roof);
-                snprintf(c[13], 256, "%lld", (long long)r.dec_ops);
-                snprintf(c[14], 256, "%lld", (long long)r.dec_launches);
-                snprintf(c[15], 256, "%.1f", median(dh, iters * gen));
-                snprintf(c[16], 256, "%s", r.dec_graph ? "on" : "off");
+                const double tf = prefill_flops(&in, B, S) / fwd / 1e12;
+                snprintf(c[8], 256, "%.4f", tf);
+                snprintf(c[9], 256, "%.1f", 100.0 * tf / gemm_tflops);
+                snprintf(c[10], 256, "%.2f", 1e3 * ttft);
+                snprintf(c[11], 256, "%.2f", 1e3 * dec);
+                snprintf(c[12], 256, "%.1f", (double)B / dec);
+                snprintf(c[13], 256, "%.1f", roof);
+                snprintf(c[14], 256, "%.1f", 100.0 * ((double)B / dec) / roof);
+                snprintf(c[15], 256, "%lld", (long long)r.dec_ops);
+                snprintf(c[16], 256, "%lld", (long long)r.dec_launches);
+                snprintf(c[17], 256, "%.1f", median(dh, iters * gen));
+                snprintf(c[18], 256, "%s", r.dec_graph ? "on" : "off");
                 if (r.topk > 0)
-                    snprintf(c[17], 256, "topk%d", (int)r.topk);
+                    snprintf(c[19], 256, "topk%d", (int)r.topk);
                 else
-                    snprintf(c[17], 256, "%s", r.host_argmax ? "host" : "device");
-                snprintf(c[18], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
-                snprintf(c[19], 256, "%.1f", cuda ? NAN : peak_rss_mb());
-                snprintf(c[20], 256, "%.1f", copy_gbps);
-                snprintf(c[21], 256, "%s", device);
-                snprintf(c[22], 256, "%s", date);
+                    snprintf(c[19], 256, "%s", r.host_argmax ? "host" : "device");
+                snprintf(c[20], 256, "%.1f", mb(in.weight_bytes + mf_session_bytes(r.s)));
+                snprintf(c[21], 256, "%.1f", cuda ? NAN : peak_rss_mb());
+                snprintf(c[22], 256, "%.1f", copy_gbps);
+                snprintf(c[23], 256, "%.3f", gemm_tflops);
+                snprintf(c[24], 256, "%s", device);
+                snprintf(c[25], 256, "%s", mf_build_commit);
+                snprintf(c[26], 256, "%s", date);
                 mf_bench_table_add(tab, cells);
-                fprintf(stderr, "minfer: bench model: batch %d seq %lld: prefill %.2f ms, decode %.2f ms/step\n", B,
-                        (long long)S, 1e3 * fwd, 1e3 * dec);
+                fprintf(stderr, "minfer: bench model: [%d/%d] batch %d seq %lld: prefill %.2f ms (%s%% of GEMM), decode %.2f ms/step (%s%% of roofline)\n",
+                        bi * ns + si + 1, nb * ns, B, (long long)S, 1e3 * fwd, c[9], 1e3 * dec, c[14]);
             }
             mf_session_free(r.s);
             free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(r.vals), free(r.c_ids), free(r.c_vals), free(r.c_stats), free(ps), free(ts), free(ds), free(dh);
         }
     }
+    if (fmt == MF_BENCH_TABLE)
+        printf("# model on %s (%s), commit %s, %s; copy ceiling %.1f GB/s (read + write); GEMM ceiling %.3f TFLOP/s "
+               "(%s); prefill TFLOP/s = 2 x layer weights per token + LM head per sequence + causal attention pairs "
+               "x 4 D\n",
+               in.backend, device, mf_build_commit, date, copy_gbps, gemm_tflops,
+               cuda ? "bf16 8192x8192x8192" : "f32 1024x1024x1024");
     mf_bench_table_print(tab, fmt, stdout);
     if (profile) {
         if (fmt == MF_BENCH_TABLE) printf("\nper-op profile (%s):\n", cuda ? "CUDA events" : "wall clock, synchronous CPU ops");

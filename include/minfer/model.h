@@ -76,6 +76,8 @@ typedef struct {
     int32_t top_k;             // experts each token goes through
     int32_t shared_ffn;        // width of the shared expert every token also goes through (0: none)
     int64_t n_active_params;   // parameters one token runs through (top_k of the experts); n_params when dense
+    int64_t layer_matmul_params; // weights of all layers one token multiplies by (2 FLOP each; the router,
+                                 // top_k experts, no embeddings, norms, biases or LM head)
 } mf_model_info;
 
 mf_status mf_model_get_info(const mf_model *m, mf_model_info *out);

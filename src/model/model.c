@@ -216,6 +216,7 @@ mf_status mf_model_get_info(const mf_model *m, mf_model_info *out) {
     out->top_k = s->top_k;
     out->shared_ffn = s->shared_ffn;
     out->n_active_params = mf_dec_spec_active_params(s);
+    out->layer_matmul_params = mf_dec_spec_matmul_params(s);
     return MF_OK;
 }
 

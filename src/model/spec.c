@@ -74,6 +74,19 @@ static int64_t params(const mf_dec_spec *s, int64_t experts) {
 int64_t mf_dec_spec_params(const mf_dec_spec *s) { return params(s, s->n_experts); }
 int64_t mf_dec_spec_active_params(const mf_dec_spec *s) { return params(s, s->n_experts > 0 ? s->top_k : 0); }
 
+int64_t mf_dec_spec_matmul_params(const mf_dec_spec *s) {
+    const int64_t h = s->hidden, q = (int64_t)s->n_heads * s->head_dim, kv = (int64_t)s->n_kv_heads * s->head_dim;
+    const int64_t mlp = (s->gated_mlp ? 3 : 2) * h; // times the width
+    int64_t layer = h * (q + 2 * kv) + q * h;
+    if (s->n_experts > 0) {
+        layer += (int64_t)s->n_experts * h + (int64_t)s->top_k * mlp * s->ffn;
+        if (s->shared_ffn > 0) layer += mlp * s->shared_ffn + (s->shared_gated ? h : 0);
+    } else {
+        layer += mlp * s->ffn;
+    }
+    return layer * s->n_layers;
+}
+
 // HF's _compute_default_rope_parameters (+ linear / llama3 scaling), in f32
 // as torch computes it, so that the angles match the reference bit for bit
 // as far as possible. Not quite: theta^e is computed in double and rounded

@@ -80,6 +80,9 @@ int64_t mf_dec_spec_params(const mf_dec_spec *s);
 // Parameters one token runs through: as mf_dec_spec_params, but top_k of the
 // n_experts experts (the router and the shared expert count in full).
 int64_t mf_dec_spec_active_params(const mf_dec_spec *s);
+// The weights of all layers that one token multiplies by (the router, top_k
+// experts and the shared one; no embeddings, norms, biases or LM head).
+int64_t mf_dec_spec_matmul_params(const mf_dec_spec *s);
 // RoPE inverse frequencies (head_dim / 2 of them) as HF computes them in f32,
 // with linear or llama3 scaling applied.
 void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out);
