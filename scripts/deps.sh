@@ -7,7 +7,7 @@
 #
 #   build   (always)  Debian: the compiler, CMake, Ninja, pkg-config, OpenBLAS,
 #                     cJSON, PCRE2 (-dev), python3 + pip
-#   --python          Python: numpy, pytest, ml_dtypes (the binding's tests)
+#   --python          Python: numpy, pytest, ml_dtypes (the binding's tests), matplotlib (the plots' test)
 #   --ci              Debian: valgrind, clang + libclang-rt-dev (libFuzzer), CI only
 #
 # Only what is missing is installed; nothing already installed is touched.
@@ -25,7 +25,7 @@ set -euo pipefail
 
 deb_build=(build-essential cmake ninja-build pkg-config libopenblas-dev libcjson-dev libpcre2-dev python3 python3-pip)
 deb_ci=(valgrind clang libclang-rt-dev)
-py_test=(numpy pytest ml_dtypes)
+py_test=(numpy pytest ml_dtypes matplotlib)
 
 want_py=0 want_ci=0
 for a in "$@"; do

@@ -8,7 +8,7 @@
 #
 # CUDA is compiled when nvcc is found (on PATH, or /usr/local/cuda/bin/nvcc);
 # without it the build is CPU-only. What it needs (Debian packages, numpy,
-# pytest, ml_dtypes) is installed first by scripts/deps.sh --python when
+# pytest, ml_dtypes, matplotlib) is installed first by scripts/deps.sh --python when
 # missing (root, sudo, pip); without root or sudo it names them and exits 2.
 set -euo pipefail
 
