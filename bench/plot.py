@@ -345,7 +345,7 @@ def plot_attention(results, out, made):
                     ax.plot(*zip(*pts), marker="o" if impl.startswith("minfer") else ".", color=color_for(impl),
                             linewidth=2 if impl.startswith("minfer") else 1.2, label=impl)
             if gm:
-                hline(ax, gm[0], f"bf16 GEMM {gm[0]:.0f} TFLOP/s (measured, {gm[1]})")
+                hline(ax, gm[0], f"GEMM ceiling {gm[0]:.3g} TFLOP/s (measured, {gm[1]})")
             log2_axis(ax, [r["_q"] for r in cr if r["_q"]])
             ax.set_xlabel("sequence length (q_len = k_len)")
             ax.set_ylabel("TFLOP/s (4·B·H·S²·D, halved when causal)")
@@ -633,7 +633,7 @@ def plot_roofline(results, out, made):
                     textcoords="offset points", fontsize=7, ha="left", va="top")
     if gm:
         ax.axhline(gm[0], color="black", linestyle="--", linewidth=1.2)
-        ax.annotate(f"bf16 GEMM {gm[0]:.0f} TFLOP/s (measured, {gm[1]} @ {gm[2]})", xy=(hi, gm[0]),
+        ax.annotate(f"GEMM ceiling {gm[0]:.3g} TFLOP/s (measured, {gm[1]} @ {gm[2]})", xy=(hi, gm[0]),
                     ha="right", va="bottom", fontsize=7)
     else:
         ax.annotate("compute ceiling: not measured in these CSVs (GEMM row missing)", xy=(0.99, 0.98),
