@@ -12,11 +12,6 @@
 
 // ---- parsing -------------------------------------------------------------------------------
 
-static const char *json_str(const cJSON *obj, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static mf_status dup_str(const char *s, char **out, int64_t *len) {
     size_t n = strlen(s);
     *out = mf_malloc(n + 1);
@@ -50,7 +45,7 @@ static mf_status json_count(const cJSON *j, const char *key, const char *what, i
 
 mf_status tk_dec_parse(const cJSON *j, tk_dec **v, int32_t *n) {
     if (!j || cJSON_IsNull(j)) return MF_OK;
-    const char *type = json_str(j, "type");
+    const char *type = tk_json_str(j, "type");
     if (!type) return mf_fail(MF_ERR_FORMAT, "tokenizer: decoder has no \"type\"");
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "decoders"), *e;
@@ -63,8 +58,8 @@ mf_status tk_dec_parse(const cJSON *j, tk_dec **v, int32_t *n) {
     if (strcmp(type, "Fuse") == 0) return grow(v, n, TK_DEC_FUSE);
     if (strcmp(type, "Replace") == 0) {
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
-        const char *from = json_str(pat, "String"), *to = json_str(j, "content");
-        if (json_str(pat, "Regex")) return mf_fail(MF_ERR_UNSUPPORTED, "tokenizer: Replace decoder with a Regex pattern is not supported");
+        const char *from = tk_json_str(pat, "String"), *to = tk_json_str(j, "content");
+        if (tk_json_str(pat, "Regex")) return mf_fail(MF_ERR_UNSUPPORTED, "tokenizer: Replace decoder with a Regex pattern is not supported");
         if (!from || !to) return mf_fail(MF_ERR_FORMAT, "tokenizer: Replace decoder needs \"pattern\": {\"String\": ...} and \"content\"");
         if (!from[0]) return mf_fail(MF_ERR_FORMAT, "tokenizer: Replace decoder: empty pattern");
         MF_TRY(grow(v, n, TK_DEC_REPLACE));
@@ -83,7 +78,7 @@ mf_status tk_dec_parse(const cJSON *j, tk_dec **v, int32_t *n) {
         MF_TRY(grow(v, n, TK_DEC_METASPACE));
         tk_dec *d = &(*v)[*n - 1];
         MF_TRY(tk_parse_char(j, "replacement", "\xE2\x96\x81", "Metaspace decoder", d->repl, &d->repl_len));
-        const char *scheme = json_str(j, "prepend_scheme");
+        const char *scheme = tk_json_str(j, "prepend_scheme");
         const cJSON *aps = cJSON_GetObjectItemCaseSensitive(j, "add_prefix_space");
         d->strip_first = scheme ? strcmp(scheme, "never") != 0 : !cJSON_IsFalse(aps);
         return MF_OK;

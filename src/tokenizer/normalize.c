@@ -14,14 +14,9 @@ static mf_status dup_str(const char *s, const char *what, char **out, int64_t *l
     return MF_OK;
 }
 
-static const char *json_str(const cJSON *obj, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 // {"String": "..."} or {"Regex": "..."} -> a compiled pattern.
 static mf_status parse_pattern(const cJSON *pat, const char *what, pcre2_code **re) {
-    const char *lit = json_str(pat, "String"), *rx = json_str(pat, "Regex");
+    const char *lit = tk_json_str(pat, "String"), *rx = tk_json_str(pat, "Regex");
     if (!lit && !rx) return mf_fail(MF_ERR_FORMAT, "tokenizer: %s: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}", what);
     const char *p = lit ? lit : rx;
     return tk_regex_compile(p, (int64_t)strlen(p), lit != NULL, what, re);
@@ -37,7 +32,7 @@ static mf_status grow(tk_norm **v, int32_t *n) {
 
 mf_status tk_norm_parse(const cJSON *j, tk_norm **v, int32_t *n) {
     if (!j || cJSON_IsNull(j)) return MF_OK;
-    const char *type = json_str(j, "type");
+    const char *type = tk_json_str(j, "type");
     if (!type) return mf_fail(MF_ERR_FORMAT, "tokenizer: normalizer has no \"type\"");
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "normalizers"), *e;
@@ -46,7 +41,7 @@ mf_status tk_norm_parse(const cJSON *j, tk_norm **v, int32_t *n) {
         return MF_OK;
     }
     if (strcmp(type, "Prepend") == 0) {
-        const char *s = json_str(j, "prepend");
+        const char *s = tk_json_str(j, "prepend");
         if (!s) return mf_fail(MF_ERR_FORMAT, "tokenizer: Prepend normalizer has no \"prepend\" string");
         MF_TRY(grow(v, n));
         tk_norm *t = &(*v)[*n];
@@ -56,7 +51,7 @@ mf_status tk_norm_parse(const cJSON *j, tk_norm **v, int32_t *n) {
         return MF_OK;
     }
     if (strcmp(type, "Replace") == 0) {
-        const char *s = json_str(j, "content");
+        const char *s = tk_json_str(j, "content");
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
         if (!s || !cJSON_IsObject(pat))
             return mf_fail(MF_ERR_FORMAT, "tokenizer: Replace normalizer needs \"pattern\" and \"content\"");

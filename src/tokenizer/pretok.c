@@ -369,26 +369,9 @@ mf_status tk_pretokenize(const tk_pre *v, int32_t count, pcre2_match_data *md, t
 
 // ---- parsing ------------------------------------------------------------------------------------
 
-static const char *json_str(const cJSON *obj, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-// A boolean member, or `dflt` when absent (HF's serde defaults).
-static mf_status json_bool(const cJSON *obj, const char *key, bool dflt, const char *what, bool *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = dflt;
-        return MF_OK;
-    }
-    if (!cJSON_IsBool(v)) return mf_fail(MF_ERR_FORMAT, "tokenizer: %s: \"%s\" must be true or false", what, key);
-    *out = cJSON_IsTrue(v);
-    return MF_OK;
-}
-
 // One UTF-8 character (Metaspace replacement, Strip content) into out[8].
 mf_status tk_parse_char(const cJSON *obj, const char *key, const char *dflt, const char *what, char out[8], int *len) {
-    const char *s = json_str(obj, key);
+    const char *s = tk_json_str(obj, key);
     if (!s) s = dflt;
     int64_t n = (int64_t)strlen(s);
     if (n == 0 || n > 4 || tk_utf8_len((const unsigned char *)s, n) != n)
@@ -421,7 +404,7 @@ static const struct {
 static mf_status parse_split(const cJSON *j, tk_pre *t) {
     t->kind = TK_PRE_SPLIT;
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
-    const char *lit = json_str(pat, "String"), *rx = json_str(pat, "Regex"), *beh = json_str(j, "behavior");
+    const char *lit = tk_json_str(pat, "String"), *rx = tk_json_str(pat, "Regex"), *beh = tk_json_str(j, "behavior");
     if (!lit && !rx)
         return mf_fail(MF_ERR_FORMAT, "tokenizer: Split pre-tokenizer: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}");
     if (!beh) return mf_fail(MF_ERR_FORMAT, "tokenizer: Split pre-tokenizer has no \"behavior\"");
@@ -430,7 +413,7 @@ static mf_status parse_split(const cJSON *j, tk_pre *t) {
     if (k == sizeof behaviors / sizeof behaviors[0])
         return mf_fail(MF_ERR_UNSUPPORTED, "tokenizer: Split pre-tokenizer behavior \"%s\" is not supported", beh);
     t->behavior = behaviors[k].b;
-    MF_TRY(json_bool(j, "invert", false, "Split pre-tokenizer", &t->invert));
+    MF_TRY(tk_json_bool(j, "invert", false, "Split pre-tokenizer", &t->invert));
     const char *p = lit ? lit : rx;
     return tk_regex_compile(p, (int64_t)strlen(p), lit != NULL, "Split pre-tokenizer", &t->re);
 }
@@ -438,8 +421,8 @@ static mf_status parse_split(const cJSON *j, tk_pre *t) {
 static mf_status parse_metaspace(const cJSON *j, tk_pre *t) {
     t->kind = TK_PRE_METASPACE;
     MF_TRY(tk_parse_char(j, "replacement", "\xE2\x96\x81", "Metaspace pre-tokenizer", t->repl, &t->repl_len));
-    MF_TRY(json_bool(j, "split", true, "Metaspace pre-tokenizer", &t->split));
-    const char *scheme = json_str(j, "prepend_scheme");
+    MF_TRY(tk_json_bool(j, "split", true, "Metaspace pre-tokenizer", &t->split));
+    const char *scheme = tk_json_str(j, "prepend_scheme");
     if (scheme) {
         if (strcmp(scheme, "always") == 0) t->scheme = TK_PREPEND_ALWAYS;
         else if (strcmp(scheme, "first") == 0) t->scheme = TK_PREPEND_FIRST;
@@ -447,7 +430,7 @@ static mf_status parse_metaspace(const cJSON *j, tk_pre *t) {
         else return mf_fail(MF_ERR_FORMAT, "tokenizer: Metaspace pre-tokenizer: unknown prepend_scheme \"%s\"", scheme);
     } else {
         bool add = true; // older files: "add_prefix_space"
-        MF_TRY(json_bool(j, "add_prefix_space", true, "Metaspace pre-tokenizer", &add));
+        MF_TRY(tk_json_bool(j, "add_prefix_space", true, "Metaspace pre-tokenizer", &add));
         t->scheme = add ? TK_PREPEND_ALWAYS : TK_PREPEND_NEVER;
     }
     return MF_OK;
@@ -455,7 +438,7 @@ static mf_status parse_metaspace(const cJSON *j, tk_pre *t) {
 
 mf_status tk_pre_parse(const cJSON *j, tk_pre **v, int32_t *n) {
     if (!j || cJSON_IsNull(j)) return MF_OK;
-    const char *type = json_str(j, "type");
+    const char *type = tk_json_str(j, "type");
     if (!type) return mf_fail(MF_ERR_FORMAT, "tokenizer: pre_tokenizer has no \"type\"");
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "pretokenizers"), *e;
@@ -471,7 +454,7 @@ mf_status tk_pre_parse(const cJSON *j, tk_pre **v, int32_t *n) {
         MF_TRY(grow(v, n));
         tk_pre *t = &(*v)[*n - 1];
         bool individual = false;
-        MF_TRY(json_bool(j, "individual_digits", false, "Digits pre-tokenizer", &individual));
+        MF_TRY(tk_json_bool(j, "individual_digits", false, "Digits pre-tokenizer", &individual));
         t->kind = TK_PRE_SPLIT;
         t->behavior = individual ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS;
         return tk_regex_compile("\\p{N}", 5, false, "Digits pre-tokenizer", &t->re);
@@ -481,8 +464,8 @@ mf_status tk_pre_parse(const cJSON *j, tk_pre **v, int32_t *n) {
         tk_pre *t = &(*v)[*n - 1];
         t->kind = TK_PRE_BYTE_LEVEL;
         bool use_regex = true;
-        MF_TRY(json_bool(j, "add_prefix_space", true, "ByteLevel pre-tokenizer", &t->add_prefix_space));
-        MF_TRY(json_bool(j, "use_regex", true, "ByteLevel pre-tokenizer", &use_regex));
+        MF_TRY(tk_json_bool(j, "add_prefix_space", true, "ByteLevel pre-tokenizer", &t->add_prefix_space));
+        MF_TRY(tk_json_bool(j, "use_regex", true, "ByteLevel pre-tokenizer", &use_regex));
         if (use_regex)
             MF_TRY(tk_regex_compile(gpt2_regex, (int64_t)strlen(gpt2_regex), false, "ByteLevel pre-tokenizer", &t->re));
         return MF_OK;

@@ -157,6 +157,12 @@ typedef struct {
     bool split;                 // Metaspace
 } tk_pre;
 
+// tokenizer.json helpers: obj[key] as a string (NULL when absent or not a
+// string); obj[key] as a bool (absent or null: dflt, HF's serde default;
+// anything else: MF_ERR_FORMAT naming `what` and key).
+const char *tk_json_str(const cJSON *obj, const char *key);
+mf_status tk_json_bool(const cJSON *obj, const char *key, bool dflt, const char *what, bool *out);
+
 mf_status tk_pre_parse(const cJSON *j, tk_pre **v, int32_t *n);
 // obj[key] (or dflt when absent) as one UTF-8 character into out / *len.
 mf_status tk_parse_char(const cJSON *obj, const char *key, const char *dflt, const char *what, char out[8], int *len);

@@ -13,13 +13,12 @@
 
 // ---- small JSON helpers ------------------------------------------------------------------------
 
-static const char *json_str(const cJSON *obj, const char *key) {
+const char *tk_json_str(const cJSON *obj, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-// obj[key] as a bool; absent or null -> dflt; anything else -> MF_ERR_FORMAT.
-static mf_status json_bool(const cJSON *obj, const char *key, bool dflt, const char *what, bool *out) {
+mf_status tk_json_bool(const cJSON *obj, const char *key, bool dflt, const char *what, bool *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) {
         *out = dflt;
@@ -153,7 +152,7 @@ static mf_status load_tables(mf_tokenizer *tok, const cJSON *vocab, const cJSON 
     int64_t n_added = 0;
     cJSON_ArrayForEach(e, added) {
         int32_t id;
-        const char *content = json_str(e, "content");
+        const char *content = tk_json_str(e, "content");
         if (!json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id) || !content || !content[0])
             return mf_fail(MF_ERR_FORMAT, "tokenizer: added_tokens[%lld] needs an integer \"id\" and a non-empty \"content\"",
                            (long long)n_added);
@@ -196,7 +195,7 @@ static mf_status load_tables(mf_tokenizer *tok, const cJSON *vocab, const cJSON 
     }
     cJSON_ArrayForEach(e, added) {
         tk_added *a = &tok->added[tok->n_added];
-        const char *content = json_str(e, "content");
+        const char *content = tk_json_str(e, "content");
         bool single_word = false;
         size_t len = strlen(content);
         a->id = (int32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
@@ -205,11 +204,11 @@ static mf_status load_tables(mf_tokenizer *tok, const cJSON *vocab, const cJSON 
         a->match = w;
         a->len = a->match_len = (int32_t)len;
         w += len + 1;
-        MF_TRY(json_bool(e, "special", false, "added_tokens", &a->special));
-        MF_TRY(json_bool(e, "normalized", !a->special, "added_tokens", &a->normalized));
-        MF_TRY(json_bool(e, "lstrip", false, "added_tokens", &a->lstrip));
-        MF_TRY(json_bool(e, "rstrip", false, "added_tokens", &a->rstrip));
-        MF_TRY(json_bool(e, "single_word", false, "added_tokens", &single_word));
+        MF_TRY(tk_json_bool(e, "special", false, "added_tokens", &a->special));
+        MF_TRY(tk_json_bool(e, "normalized", !a->special, "added_tokens", &a->normalized));
+        MF_TRY(tk_json_bool(e, "lstrip", false, "added_tokens", &a->lstrip));
+        MF_TRY(tk_json_bool(e, "rstrip", false, "added_tokens", &a->rstrip));
+        MF_TRY(tk_json_bool(e, "single_word", false, "added_tokens", &single_word));
         if (single_word)
             return mf_fail(MF_ERR_UNSUPPORTED, "tokenizer: added token \"%s\" has single_word=true (not supported)", content);
         tok->n_added++;
@@ -277,7 +276,7 @@ static mf_status load_merges(mf_tokenizer *tok, const cJSON *merges) {
 
 static mf_status load_model(mf_tokenizer *tok, const cJSON *model, const cJSON *added) {
     if (!cJSON_IsObject(model)) return mf_fail(MF_ERR_FORMAT, "tokenizer: no \"model\" object");
-    const char *type = json_str(model, "type");
+    const char *type = tk_json_str(model, "type");
     if (type && strcmp(type, "BPE") != 0)
         return mf_fail(MF_ERR_UNSUPPORTED, "tokenizer: model type \"%s\" is not supported (only BPE)", type);
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
@@ -286,7 +285,7 @@ static mf_status load_model(mf_tokenizer *tok, const cJSON *model, const cJSON *
     if (!cJSON_IsArray(merges)) return mf_fail(MF_ERR_FORMAT, "tokenizer: model.merges is not a list");
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
         return mf_fail(MF_ERR_FORMAT, "tokenizer: \"added_tokens\" is not a list");
-    const char *prefix = json_str(model, "continuing_subword_prefix"), *suffix = json_str(model, "end_of_word_suffix");
+    const char *prefix = tk_json_str(model, "continuing_subword_prefix"), *suffix = tk_json_str(model, "end_of_word_suffix");
     if ((prefix && prefix[0]) || (suffix && suffix[0]))
         return mf_fail(MF_ERR_UNSUPPORTED, "tokenizer: BPE continuing_subword_prefix \"%s\" / end_of_word_suffix \"%s\" are not supported",
                        prefix ? prefix : "", suffix ? suffix : "");
@@ -298,9 +297,9 @@ static mf_status load_model(mf_tokenizer *tok, const cJSON *model, const cJSON *
     MF_TRY(load_tables(tok, vocab, cJSON_IsArray(added) ? added : NULL));
     MF_TRY(load_merges(tok, merges));
     tk_bpe *m = &tok->bpe;
-    MF_TRY(json_bool(model, "byte_fallback", false, "model", &m->byte_fallback));
-    MF_TRY(json_bool(model, "fuse_unk", false, "model", &m->fuse_unk));
-    MF_TRY(json_bool(model, "ignore_merges", false, "model", &m->ignore_merges));
+    MF_TRY(tk_json_bool(model, "byte_fallback", false, "model", &m->byte_fallback));
+    MF_TRY(tk_json_bool(model, "fuse_unk", false, "model", &m->fuse_unk));
+    MF_TRY(tk_json_bool(model, "ignore_merges", false, "model", &m->ignore_merges));
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
@@ -321,7 +320,7 @@ static mf_status load_model(mf_tokenizer *tok, const cJSON *model, const cJSON *
             }
     }
     m->unk_id = -1;
-    const char *unk = json_str(model, "unk_token");
+    const char *unk = tk_json_str(model, "unk_token");
     if (unk) {
         m->unk_id = tk_strmap_get(&m->vocab, unk, (int64_t)strlen(unk));
         if (m->unk_id < 0) return mf_fail(MF_ERR_FORMAT, "tokenizer: model.unk_token \"%s\" is not in the vocabulary", unk);
@@ -342,7 +341,7 @@ int32_t mf_tokenizer_token_id(const mf_tokenizer *tok, const char *token) {
 // "bos_token": "<s>" or {"content": "<s>", ...} or null.
 static mf_status config_token(const mf_tokenizer *tok, const cJSON *cfg, const char *key, const char *path, int32_t *id) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    const char *s = cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
+    const char *s = cJSON_IsString(v) ? v->valuestring : tk_json_str(v, "content");
     if (!s) return MF_OK;
     *id = mf_tokenizer_token_id(tok, s);
     if (*id < 0) return mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\": %s \"%s\" is not a token", path, key, s);
@@ -351,10 +350,10 @@ static mf_status config_token(const mf_tokenizer *tok, const cJSON *cfg, const c
 
 // BOS from a TemplateProcessing post-processor whose "single" starts with a special token.
 static void bos_from_post_processor(mf_tokenizer *tok, const cJSON *pp) {
-    if (!pp || strcmp(json_str(pp, "type") ? json_str(pp, "type") : "", "TemplateProcessing") != 0) return;
+    if (!pp || strcmp(tk_json_str(pp, "type") ? tk_json_str(pp, "type") : "", "TemplateProcessing") != 0) return;
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
     const cJSON *first = cJSON_IsArray(single) ? cJSON_GetArrayItem(single, 0) : NULL;
-    const char *name = json_str(cJSON_GetObjectItemCaseSensitive(first, "SpecialToken"), "id");
+    const char *name = tk_json_str(cJSON_GetObjectItemCaseSensitive(first, "SpecialToken"), "id");
     if (name) tok->bos_id = mf_tokenizer_token_id(tok, name);
 }
 
@@ -376,7 +375,7 @@ static mf_status load_config(mf_tokenizer *tok, const char *json_path) {
     mf_status st = parse_json_file(path, &cfg);
     if (st == MF_OK) st = config_token(tok, cfg, "bos_token", path, &tok->bos_id);
     if (st == MF_OK) st = config_token(tok, cfg, "eos_token", path, &tok->eos_id);
-    if (st == MF_OK) st = json_bool(cfg, "add_bos_token", false, "tokenizer_config.json", &tok->add_bos_default);
+    if (st == MF_OK) st = tk_json_bool(cfg, "add_bos_token", false, "tokenizer_config.json", &tok->add_bos_default);
     cJSON_Delete(cfg);
     free(path);
     return st;
