@@ -208,6 +208,9 @@ says "bench topk (cpu, csv header)" \
   "${tk[@]}"
 says "bench topk (cpu, vocab 1000, batch 2, k 5, csv row)" "cpu,1000,2,5,f32," "${tk[@]}"
 says "bench topk (cpu, bytes to the host and the check)" ",0.1,8.0,83.3,ok," "${tk[@]}"
+# the default format: a markdown table, number columns right-aligned
+says "bench topk (cpu, markdown header)" "| backend | vocab | batch |" "${tk[@]:0:${#tk[@]}-2}"
+says "bench topk (cpu, markdown alignment row)" "|---------|------:|------:|" "${tk[@]:0:${#tk[@]}-2}"
 
 # rows WHAT N NEEDLE ARGS...: exit 0, a CSV on stdout of exactly N rows under its header, and
 # NEEDLE in it. The list flags of the op benches run the product of the lists, no more.

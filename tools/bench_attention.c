@@ -61,7 +61,7 @@ static void usage(FILE *f) {
             "  --no-gemm-ceiling         skip the GEMM ceiling (%%gemm \"-\"; for profilers: no cuBLAS kernel)\n"
             "  --warmup N --iters N      (default 10/50 on CUDA, 1/3 on the CPU)\n"
             "  --max-mb N                memory budget per case (default: 85%% of free device memory; CPU 512)\n"
-            "  --format table|csv|json   stdout format (default table)\n"
+            "  --format table|csv|json   stdout format (default table: markdown)\n"
             "  --csv FILE --json FILE    also write the results there\n");
 }
 

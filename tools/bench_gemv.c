@@ -182,7 +182,7 @@ static void usage(FILE *f) {
                "  --backend auto|cpu|cuda   (default auto)\n"
                "  --m N                     one row count in [1, 8] instead of 1, 2, 4, 8\n"
                "  --warmup N --iters N      (default 10/50 on CUDA, 1/3 on the CPU)\n"
-               "  --format table|csv|json   stdout format (default table)\n"
+               "  --format table|csv|json   stdout format (default table: markdown)\n"
                "  --csv FILE --json FILE    also write the results there\n");
 }
 

@@ -223,7 +223,7 @@ static void usage(FILE *f) {
             "  --scale S                 (default 0.125)\n"
             "  --warmup N --iters N      (default 10/50 on CUDA, 1/5 on the CPU)\n"
             "  --max-mb N                memory budget per case (default: 85%% of free device memory; CPU 1024)\n"
-            "  --format table|csv|json   stdout format (default table)\n"
+            "  --format table|csv|json   stdout format (default table: markdown)\n"
             "  --csv FILE --json FILE    also write the results there\n");
 }
 

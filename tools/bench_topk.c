@@ -192,7 +192,7 @@ static void usage(FILE *f) {
             "  --full                    more: vocab + 50257,256000, batch + 4,16,32,128, k + 1,256, dtype + bf16\n"
             "  --scale S                 1 / temperature, finite and > 0 (default 1)\n"
             "  --warmup N --iters N      (default 10/50 on CUDA, 1/5 on the CPU)\n"
-            "  --format table|csv|json   stdout format (default table)\n"
+            "  --format table|csv|json   stdout format (default table: markdown)\n"
             "  --csv FILE --json FILE    also write the results there\n",
             MF_TOPK_MAX);
 }

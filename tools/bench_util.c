@@ -226,7 +226,7 @@ void mf_bench_fill_random(void *dst, mf_dtype dt, int64_t n, float lo, float hi,
 struct mf_bench_table {
     int ncols;
     char **names;
-    bool *hidden; // in the aligned table
+    bool *hidden; // in the markdown table
     char **cells; // rows * ncols
     int rows, cap;
 };
@@ -482,26 +482,43 @@ void mf_bench_table_print(const mf_bench_table *t, mf_bench_format fmt, FILE *f)
         fprintf(f, "]\n");
         return;
     }
+    // A markdown table (GitHub's pipe tables), padded to aligned columns,
+    // numbers right-aligned: readable as printed and when pasted into a doc.
     int *w = calloc((size_t)nc, sizeof *w);
-    if (!w) return;
+    bool *num = calloc((size_t)nc, sizeof *num);
+    if (!w || !num) {
+        free(w);
+        free(num);
+        return;
+    }
     for (int c = 0; c < nc; c++) {
         w[c] = (int)strlen(t->names[c]);
+        num[c] = t->rows > 0;
         for (int r = 0; r < t->rows; r++) {
-            int n = (int)strlen(t->cells[r * nc + c]);
+            const char *s = t->cells[r * nc + c];
+            int n = (int)strlen(s);
             if (n > w[c]) w[c] = n;
+            if (!is_number(s) && strcmp(s, "-")) num[c] = false;
         }
+        if (w[c] < 3) w[c] = 3;
     }
-    const char *sep = "";
     for (int c = 0; c < nc; c++)
-        if (!t->hidden[c]) fprintf(f, "%s%*s", sep, w[c], t->names[c]), sep = "  ";
-    fputc('\n', f);
+        if (!t->hidden[c]) fprintf(f, num[c] ? "| %*s " : "| %-*s ", w[c], t->names[c]);
+    fprintf(f, "|\n");
+    for (int c = 0; c < nc; c++)
+        if (!t->hidden[c]) {
+            fputs("|", f);
+            for (int i = 0; i < w[c] + 1; i++) fputc('-', f);
+            fputc(num[c] ? ':' : '-', f);
+        }
+    fprintf(f, "|\n");
     for (int r = 0; r < t->rows; r++) {
-        sep = "";
         for (int c = 0; c < nc; c++)
-            if (!t->hidden[c]) fprintf(f, "%s%*s", sep, w[c], t->cells[r * nc + c]), sep = "  ";
-        fputc('\n', f);
+            if (!t->hidden[c]) fprintf(f, num[c] ? "| %*s " : "| %-*s ", w[c], t->cells[r * nc + c]);
+        fprintf(f, "|\n");
     }
     free(w);
+    free(num);
 }
 
 void mf_bench_device_name(const mf_bench_timer *t, char *buf, size_t cap) {

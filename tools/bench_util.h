@@ -67,8 +67,8 @@ mf_status mf_bench_upload_random(mf_backend *be, void *dst, mf_dtype dt, int64_t
 typedef enum { MF_BENCH_TABLE = 0, MF_BENCH_CSV = 1, MF_BENCH_JSON = 2 } mf_bench_format;
 
 // A result table: named columns, rows of string cells (numbers preformatted).
-// Printed as an aligned table, CSV, or a JSON array of objects (cells that
-// parse as numbers are written as numbers).
+// Printed as a markdown table (padded, number columns right-aligned), CSV, or
+// a JSON array of objects (cells that parse as numbers are written as numbers).
 typedef struct mf_bench_table mf_bench_table;
 mf_bench_table *mf_bench_table_new(int ncols, const char *const *names); // NULL on OOM
 void mf_bench_table_free(mf_bench_table *t);
@@ -79,7 +79,7 @@ void mf_bench_table_print(const mf_bench_table *t, mf_bench_format fmt, FILE *f)
 // that cannot be written is named on stderr after `who` ("minfer bench
 // attention"). Returns 0, or 1 when a file could not be written.
 int mf_bench_table_write_files(const mf_bench_table *t, const char *csv, const char *json, const char *who);
-// Leaves column `name` out of the aligned table (CSV and JSON keep it).
+// Leaves column `name` out of the markdown table (CSV and JSON keep it).
 void mf_bench_table_hide_in_table(mf_bench_table *t, const char *name);
 
 // One line naming the device the numbers come from ("NVIDIA H100 80GB HBM3, 132 SMs,
@@ -102,8 +102,8 @@ extern const char mf_build_commit[];
 //         cuBLASLt; CPU: f32 1024^3, OpenBLAS), TFLOP/s, median of 20 (CPU 3).
 // The table has the bench's ncols columns `names`, then the session's:
 // device, commit, date, copy_GB/s, gemm_TFLOP/s (gemm "-" when not
-// measured); the aligned table shows none of those (a "# ..." line above it
-// does), CSV and JSON keep them all.
+// measured); the markdown table shows none of those (a "# ..." line above
+// it does), CSV and JSON keep them all.
 typedef struct {
     const char *what;     // "attention": names the bench in messages
     mf_backend *be;

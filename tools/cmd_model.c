@@ -495,7 +495,7 @@ static void bench_help(FILE *f) {
             "  --seq LIST           prompt lengths (CPU default 128; CUDA default 128,512,2048,8192)\n"
             "  --gen N              decode steps after each prefill (default 16)\n"
             "  --iters N            timed repetitions (default 3; CUDA 5) after one warm-up\n"
-            "  --format F           table (default), csv or json\n"
+            "  --format F           table (default: markdown), csv or json\n"
             "  --profile            per-op time breakdown of one prefill and one decode step\n"
             "                       (CUDA events around each op on CUDA, wall clock on the CPU)\n"
             "  --backend B          auto (default), cpu or cuda\n"
