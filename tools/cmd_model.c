@@ -428,13 +428,16 @@ static int cmp_entry(const void *a, const void *b) {
 
 // Rows of the profile table for one phase: each (op, what) by time, then the
 // op families, then the time outside the ops (host work, launches, copies of ids).
-static void prof_rows(profiler *p, const char *phase, double wall_us, mf_bench_table *t, const char *bench_id) {
+// stamp: the device, commit and date every row ends with.
+static void prof_rows(profiler *p, const char *phase, double wall_us, mf_bench_table *t, const char *bench_id,
+                      const char *const stamp[3]) {
     qsort(p->e, (size_t)p->n, sizeof p->e[0], cmp_entry);
     double sum = 0;
     for (int i = 0; i < p->n; i++) sum += p->e[i].us;
     char c[8][64];
-    const char *cells[8];
+    const char *cells[11];
     for (int k = 0; k < 8; k++) cells[k] = c[k];
+    for (int k = 0; k < 3; k++) cells[8 + k] = stamp[k];
     for (int i = 0; i < p->n; i++) {
         snprintf(c[0], 64, "%s", bench_id);
         snprintf(c[1], 64, "%s", phase);
@@ -694,11 +697,14 @@ int mf_bench_model_main(int argc, char **argv) {
     static const char *const cols[] = {"model", "backend", "dtype", "attn", "batch", "seq", "fwd_ms", "prefill_tok/s",
                                        "prefill_TFLOP/s", "%gemm", "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s",
                                        "%roof", "dec_ops", "dec_launches", "dec_host_us", "graphs", "argmax", "mem_MB",
-                                       "rss_MB", "copy_GB/s", "gemm_TFLOP/s", "device", "commit", "date"};
+                                       "rss_MB", "copy_GB/s", "gemm_TFLOP/s", "device", "commit", "date",
+                                       "fwd_p5_ms", "fwd_p95_ms", "dec_p5_ms", "dec_p95_ms"};
     enum { NC = sizeof cols / sizeof cols[0] };
     tab = mf_bench_table_new(NC, cols);
-    static const char *const pcols[] = {"bench", "phase", "op", "calls", "ms", "%", "us/call", "kind"};
-    ptab = mf_bench_table_new(8, pcols);
+    static const char *const pcols[] = {"bench", "phase", "op",   "calls",  "ms",  "%",
+                                        "us/call", "kind", "device", "commit", "date"};
+    ptab = mf_bench_table_new(11, pcols);
+    const char *const stamp[3] = {device, mf_build_commit, date};
     if (!tab || !ptab) {
         fprintf(stderr, "minfer: error: bench model: out of memory\n");
         goto out;
@@ -707,7 +713,12 @@ int mf_bench_model_main(int argc, char **argv) {
     mf_bench_table_hide_in_table(tab, "commit");
     mf_bench_table_hide_in_table(tab, "date");
     mf_bench_table_hide_in_table(tab, "gemm_TFLOP/s");
+    static const char *const spread[] = {"fwd_p5_ms", "fwd_p95_ms", "dec_p5_ms", "dec_p95_ms"};
+    for (int k = 0; k < 4; k++) mf_bench_table_hide_in_table(tab, spread[k]); // CSV / JSON only
     mf_bench_table_hide_in_table(ptab, "kind");
+    mf_bench_table_hide_in_table(ptab, "device");
+    mf_bench_table_hide_in_table(ptab, "commit");
+    mf_bench_table_hide_in_table(ptab, "date");
     if (profile && prof_init(&prof, cuda, mf_bench_timer_stream(timer))) {
         fprintf(stderr, "minfer: error: bench model: cannot create the profiler's CUDA events\n");
         goto out;
@@ -770,11 +781,11 @@ int mf_bench_model_main(int argc, char **argv) {
                 mf_session_set_profiler(r.s, &hook);
                 st = run_prefill(&r, &t, &tt);
                 prof_collect(&prof);
-                if (st == MF_OK) prof_rows(&prof, "prefill", 1e6 * t, ptab, id);
+                if (st == MF_OK) prof_rows(&prof, "prefill", 1e6 * t, ptab, id, stamp);
                 prof_reset(&prof);
                 if (st == MF_OK) st = run_decode_step(&r, &t);
                 prof_collect(&prof);
-                if (st == MF_OK) prof_rows(&prof, "decode", 1e6 * t, ptab, id);
+                if (st == MF_OK) prof_rows(&prof, "decode", 1e6 * t, ptab, id, stamp);
                 if (prof.dropped) fprintf(stderr, "minfer: bench model: profile dropped %lld ops\n", (long long)prof.dropped);
                 mf_session_set_profiler(r.s, NULL);
             }
@@ -815,6 +826,11 @@ int mf_bench_model_main(int argc, char **argv) {
                 snprintf(c[24], 256, "%s", device);
                 snprintf(c[25], 256, "%s", mf_build_commit);
                 snprintf(c[26], 256, "%s", date);
+                const mf_bench_stats pf = mf_bench_stats_of(ps, iters), dc = mf_bench_stats_of(ds, iters * gen);
+                snprintf(c[27], 256, "%.2f", 1e3 * pf.p5);
+                snprintf(c[28], 256, "%.2f", 1e3 * pf.p95);
+                snprintf(c[29], 256, "%.2f", 1e3 * dc.p5);
+                snprintf(c[30], 256, "%.2f", 1e3 * dc.p95);
                 mf_bench_table_add(tab, cells);
                 fprintf(stderr, "minfer: bench model: [%d/%d] batch %d seq %lld: prefill %.2f ms (%s%% of GEMM), decode %.2f ms/step (%s%% of roofline)\n",
                         bi * ns + si + 1, nb * ns, B, (long long)S, 1e3 * fwd, c[9], 1e3 * dec, c[14]);
