@@ -96,8 +96,8 @@ def cmd_append(a):
         r = dict(zip(head, cells))
         if not r.get("device") and a.device:
             r["device"] = a.device
-        if not r.get("commit"):
-            r["commit"] = a.commit
+        if not r.get("commit") or (r["commit"] == "unknown" and a.commit):
+            r["commit"] = a.commit  # a tool's own stamp wins, unless it could not tell
         if not r.get("date"):
             r["date"] = now()
         r.update(extra)

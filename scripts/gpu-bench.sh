@@ -83,6 +83,7 @@ commit=${MF_COMMIT:-$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || ech
 if [[ -z ${MF_COMMIT:-} && $commit != unknown && -n $(git -C "$root" status --porcelain -- src include tools bench CMakeLists.txt 2>/dev/null | head -n1) ]]; then
   commit="$commit+dirty"
 fi
+export MF_COMMIT=$commit # the build's stamp (cmake/build_info.cmake): minfer bench writes it on every row
 attn_re=${MF_NCU_ATTN_RE:-'(?i)attn|attention|flash'}
 moe_re=${MF_NCU_MOE_RE:-'(?i)moe|gemm|nvjet|xmma'}
 log="$out/bench.log"

@@ -86,3 +86,15 @@ def test_every_plot_of_the_op_benches_is_drawn(results, tmp_path):
     for png in ("softmax.png", "attention_d64.png", "decode.png", "moe.png", "profile.png", "roofline.png"):
         f = out / png
         assert f.is_file() and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", (png, p.stderr)
+
+
+def test_append_keeps_a_rows_commit_unless_unknown(tmp_path):
+    src = tmp_path / "src.csv"
+    src.write_text("case,p50_us,commit\na,1.0,abc1234\nb,2.0,unknown\nc,3.0,\n")
+    dst = tmp_path / "dst.csv"
+    q = subprocess.run([sys.executable, str(REPO / "bench" / "results.py"), "append", str(src), str(dst), "--commit",
+                        "def5678", "--device", "GPU X"], capture_output=True, text=True)
+    assert q.returncode == 0, q.stderr
+    got = {r["case"]: r for r in rows(dst)}
+    assert [got[c]["commit"] for c in "abc"] == ["abc1234", "def5678", "def5678"]
+    assert all(got[c]["device"] == "GPU X" and got[c]["date"] for c in "abc")
