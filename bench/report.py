@@ -39,6 +39,13 @@ def newest(rows):
     return [r for r in rows if r["_commit"] == c]
 
 
+def on_devices_of(rows, mine):
+    """rows measured on a device that minfer's rows were measured on: a table never
+    sets two devices side by side (a CPU rehearsal beside H100 peers, or two GPUs)."""
+    devs = {r["_device"] for r in mine}
+    return [r for r in rows if r["_device"] in devs]
+
+
 def f(v, prec=1):
     return "–" if v is None else f"{v:.{prec}f}"
 
@@ -69,7 +76,7 @@ def t_softmax(res):
     mine = newest([r for r in load(res, "softmax_minfer_bench*.csv") if r.get("case") == "grid"])
     if not mine:
         return None
-    peers = newest([r for r in load(res, "softmax_peers*.csv") if r.get("case") == "grid"])
+    peers = newest(on_devices_of([r for r in load(res, "softmax_peers*.csv") if r.get("case") == "grid"], mine))
     tri = {}
     for r in peers:
         if r.get("impl") == "triton":
@@ -96,7 +103,7 @@ def t_attention(res):
                    and r["_impl"] == "minfer"])
     if not mine:
         return None
-    peers = newest([r for r in rows if not r["_file"].startswith("attention_minfer_bench")])
+    peers = newest(on_devices_of([r for r in rows if not r["_file"].startswith("attention_minfer_bench")], mine))
     peer = {}
     for r in peers:
         if r["_phase"] == "prefill" and r["_tflops"]:
@@ -128,7 +135,8 @@ def t_decode(res):
     mine = newest([r for r in rows if r["_file"].startswith("attention_minfer_bench") and r["_phase"] == "decode"])
     if not mine:
         return None
-    peers = newest([r for r in rows if not r["_file"].startswith("attention_minfer_bench") and r["_phase"] == "decode"])
+    peers = newest(on_devices_of([r for r in rows if not r["_file"].startswith("attention_minfer_bench")
+                                  and r["_phase"] == "decode"], mine))
     fl = {(int(col(r, "batch") or 0), int(r["_k"] or 0)): r["_gbps"] for r in peers if r["_impl"] == "sdpa_flash"}
     out_rows = []
     for r in sorted(mine, key=lambda r: (col(r, "batch") or 0, r["_k"] or 0)):
@@ -149,7 +157,8 @@ def t_moe(res):
     mine = newest(load(res, "moe_minfer_bench*.csv"))
     if not mine:
         return None
-    peers = newest([r for r in load(res, "moe*.csv") if not r["_file"].startswith("moe_minfer_bench")])
+    peers = newest(on_devices_of([r for r in load(res, "moe*.csv") if not r["_file"].startswith("moe_minfer_bench")],
+                                 mine))
     best_peer = {}
     for r in peers:
         k = moe_key(r)[:1] + moe_key(r)[2:]  # the peers have no routing column
@@ -175,7 +184,8 @@ def t_model(res):
     if not mine:
         return None
     hf = {}
-    for r in newest([r for r in load(res, "model_peers*.csv") if r.get("impl", "").startswith("hf")]):
+    for r in newest(on_devices_of([r for r in load(res, "model_peers*.csv") if r.get("impl", "").startswith("hf")],
+                                  mine)):
         k = (text(r, "config"), int(col(r, "batch") or 0), int(col(r, "seq") or 0))
         if r.get("impl") == "hf_sdpa" or k not in hf:
             hf[k] = (col(r, "prefill_ms_p50"), col(r, "decode_tok_s"), r.get("impl"))

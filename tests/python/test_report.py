@@ -59,6 +59,25 @@ def test_attention_table_newest_commit_and_ratios(results):
     assert cells[1:] == ["300.0 (prefill)", "450.0", "300.0", "600.0", "1.50×", "0.75×", "60%"]
 
 
+def test_gemm_ceiling_of_the_same_run_wins(results):
+    # rows that carry the GEMM ceiling their own run measured use it, not ceilings.csv's
+    path = os.path.join(results, "attention_minfer_bench.csv")
+    write(path, [dict(attn_row("ccccccc", "2026-11-25", 300.0, 450.0), **{"gemm_TFLOP/s": "900"})])
+    t = report.t_attention(results)
+    line = next(ln for ln in t.splitlines() if ln.startswith("| 4×32×4096"))
+    assert line.rstrip(" |").endswith("50%") and "GEMM ceiling 900 TFLOP/s (measured by the same runs" in t
+
+
+def test_peers_only_from_the_same_device(results):
+    # a CPU rehearsal's minfer rows are never set beside the H100 peers
+    path = os.path.join(results, "attention_minfer_bench.csv")
+    write(path, [dict(attn_row("ccccccc", "2026-11-25", 0.1, ""), device="AMD EPYC, 2 threads (cpu)")])
+    t = report.t_attention(results)
+    line = next(ln for ln in t.splitlines() if ln.startswith("| 4×32×4096"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:7] == ["–", "–", "–", "–"] and "H100" not in t
+
+
 def test_empty_tables_say_not_measured(results):
     for name in ("decode", "moe", "model", "ncu"):
         assert report.TABLES[name](results) is None
