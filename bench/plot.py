@@ -2,10 +2,11 @@
 """docs/results/*.csv -> docs/plots/*.png (matplotlib, no other dependency).
 
     python3 bench/plot.py                       # docs/results -> docs/plots
-    python3 bench/plot.py --results DIR --out DIR [--only softmax,model]
+    python3 bench/plot.py --results DIR --out DIR [--only softmax,model] [--device NAME]
 
-Every plot is drawn only from rows that a benchmark wrote; a plot whose CSV is
-missing (or has no usable rows) is skipped with one line on stderr. Titles
+Every plot is drawn only from rows that a benchmark wrote, of one device (the
+newest minfer bench row's, or --device); a plot whose CSV is missing (or has
+no usable rows) is skipped with one line on stderr. Titles
 name the device and the commit(s); ceilings (copy bandwidth, GEMM) are drawn
 from the figures measured in the same runs.
 
@@ -78,8 +79,13 @@ def short_commit(c):
     return (c[:7] if re.fullmatch(r"[0-9a-f]{7,40}", c) else c or "unknown") + ("+dirty" if dirty else "")
 
 
+# The one device the plots show (main() picks it): None draws every row.
+DEVICE = None
+
+
 def load(results, pattern):
-    """Rows of every CSV matching pattern; device/commit/date normalised, _file added."""
+    """Rows of every CSV matching pattern; device/commit/date normalised, _file added;
+    only DEVICE's rows when one is set."""
     rows = []
     for path in sorted(glob.glob(os.path.join(results, pattern))):
         with open(path, newline="") as f:
@@ -89,8 +95,16 @@ def load(results, pattern):
                 r["_device"] = short_device(r.get("device"))
                 r["_commit"] = short_commit(r.get("commit"))
                 r["_date"] = (r.get("date") or "")[:10]
-                rows.append(r)
+                if DEVICE is None or r["_device"] == DEVICE:
+                    rows.append(r)
     return rows
+
+
+def newest_device(results):
+    """The device of the newest row minfer's own benches wrote (*_minfer_bench*.csv), or None:
+    a plot never sets two devices side by side (a CPU rehearsal beside H100 peers, or two GPUs)."""
+    rows = [r for r in load(results, "*_minfer_bench*.csv") if r.get("date")]
+    return max(rows, key=lambda r: r["date"])["_device"] if rows else None
 
 
 def col(r, *names):
@@ -244,7 +258,7 @@ def plot_softmax(results, out, made):
         series.setdefault(("minfer", r["_commit"], r.get("case")), []).append(r)
     ours_latest = latest_commit(ours) if ours else None
     labels = {"torch_eager": "torch eager chain (scale, mask, softmax)", "torch_softmax": "torch.softmax (no mask)",
-              "torch_compile": "torch.compile", "triton": "our Triton kernel", "minfer": "minfer CUDA"}
+              "torch_compile": "torch.compile", "triton": "our Triton kernel", "minfer": "minfer"}
     for ax, case in zip(axes, ("sweep", "grid")):
         pts_any = False
         for (impl, commit, c), rows in sorted(series.items()):
@@ -660,7 +674,12 @@ def main():
     ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "plots"))
     ap.add_argument("--only", help="comma-separated, of: " + ", ".join(PLOTS))
+    ap.add_argument("--device", help="the device whose rows are drawn (default: that of the newest minfer bench row)")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device or newest_device(a.results)
+    if DEVICE:
+        print(f"plot: rows of {DEVICE}")
     try:
         plt_module()
     except ImportError:

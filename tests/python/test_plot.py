@@ -98,3 +98,24 @@ def test_append_keeps_a_rows_commit_unless_unknown(tmp_path):
     got = {r["case"]: r for r in rows(dst)}
     assert [got[c]["commit"] for c in "abc"] == ["abc1234", "def5678", "def5678"]
     assert all(got[c]["device"] == "GPU X" and got[c]["date"] for c in "abc")
+
+
+def test_plots_draw_one_device(tmp_path):
+    # the newest minfer bench row's device; peers of another device are left out
+    sys.path.insert(0, str(REPO / "bench"))
+    import plot
+
+    (tmp_path / "softmax_minfer_bench.csv").write_text(
+        "case,k_len,GB/s,device,commit,date\nsweep,128,1.0,NVIDIA H100 80GB HBM3 (132 SMs),aaaaaaa,2026-11-20\n"
+        "sweep,128,0.1,AMD EPYC (cpu),bbbbbbb,2026-11-24\n")
+    (tmp_path / "softmax_peers.csv").write_text(
+        "impl,case,k_len,gbps,device,commit,date\ntriton,sweep,128,2.0,NVIDIA H100 80GB HBM3,aaaaaaa,2026-11-20\n")
+    try:
+        assert plot.newest_device(str(tmp_path)) == "AMD EPYC"
+        plot.DEVICE = "AMD EPYC"
+        assert plot.load(str(tmp_path), "softmax_peers.csv") == []
+        assert [r["commit"] for r in plot.load(str(tmp_path), "softmax_minfer_bench.csv")] == ["bbbbbbb"]
+        plot.DEVICE = "NVIDIA H100 80GB HBM3"
+        assert len(plot.load(str(tmp_path), "softmax*.csv")) == 2
+    finally:
+        plot.DEVICE = None
