@@ -8,6 +8,13 @@
 #   bash scripts/gpu-bench.sh --dry-run OUTDIR   # print the commands, run nothing
 #   bash scripts/gpu-bench.sh --only softmax,ncu OUTDIR   # a subset (split a long run)
 #
+# Rehearsal without a GPU, in a throwaway clone (it appends to that clone's
+# docs/results): MF_BENCH_REBUILD=0 BUILD_DIR=<a CPU build> bash scripts/gpu-bench.sh
+# --only softmax,attention,moe,topk OUTDIR. The benches run on the CPU, the
+# peers fail (no CUDA), and the plots and report tables are drawn from the CPU
+# rows alone (one device per plot and table): the script's plumbing checked
+# end to end, no figure to keep.
+#
 # Steps, in this order (names for --only):
 #   build      scripts/gpu-check.sh with MF_GPU_STAGES="deps configure build" (the
 #              carried .debs unpacked into .gpu-prefix/, sm_90a); later steps source
