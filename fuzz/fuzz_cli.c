@@ -2,7 +2,7 @@
 // vectors. The input is split at NUL bytes into arguments, each copied into a
 // heap block of its exact size (ASan then sees any read past an argument),
 // and every parser runs on the same vector: generate, score, info, bench
-// model, softmax, attention and moe. Accepted options must hold what the commands rely on;
+// model, softmax, attention, moe, topk and gemv. Accepted options must hold what the commands rely on;
 // a refusal must come with a one-line message; nothing may leak.
 #include <math.h>
 #include <stdint.h>
@@ -127,7 +127,7 @@ static void run_bench_softmax(int argc, char **argv, char *err) {
     check_err(r, err);
     if (r != MF_ARGS_OK) return;
     check_common(&o.com);
-    REQUIRE(isfinite(o.scale));
+    REQUIRE(isfinite(o.scale) && !o.com.no_gemm);
     REQUIRE((o.fused || o.unfused) && (o.grid || o.sweep));
     REQUIRE(list_ok(&o.batch, 1, INT32_MAX) && list_ok(&o.heads, 1, INT32_MAX) && list_ok(&o.seq, 1, INT32_MAX));
     const bool listed = o.batch.n || o.heads.n || o.seq.n;
@@ -159,6 +159,29 @@ static void run_bench_moe(int argc, char **argv, char *err) {
     REQUIRE(!((o.experts.n || o.top_k.n || o.hidden.n || o.batch.n) && o.com.full));
 }
 
+static void run_bench_topk(int argc, char **argv, char *err) {
+    mf_bench_topk_opts o;
+    mf_args_result r = mf_parse_bench_topk_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    check_common(&o.com);
+    REQUIRE(list_ok(&o.vocab, 1, INT32_MAX) && list_ok(&o.batch, 1, INT32_MAX) && list_ok(&o.k, 1, MF_TOPK_MAX));
+    REQUIRE(o.n_dt >= 1 && o.n_dt <= 3 && isfinite(o.scale) && o.scale > 0 && o.com.max_mb == -1 && !o.com.no_gemm);
+    for (int i = 0; i < o.n_dt; i++) {
+        REQUIRE(dtype_ok(o.dts[i]));
+        for (int j = 0; j < i; j++) REQUIRE(o.dts[j] != o.dts[i]);
+    }
+}
+
+static void run_bench_gemv(int argc, char **argv, char *err) {
+    mf_bench_gemv_opts o;
+    mf_args_result r = mf_parse_bench_gemv_args(argc, argv, &o, err);
+    check_err(r, err);
+    if (r != MF_ARGS_OK) return;
+    check_common(&o.com);
+    REQUIRE(o.m >= 0 && o.m <= 8 && !o.com.full && !o.com.no_gemm && !o.com.dt_given && o.com.max_mb == -1);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // argv[0 .. argc) are the pieces between NUL bytes (a trailing empty piece
     // is kept: "" is an argument too; no input: argc 0); argv[argc] = NULL as in main().
@@ -185,6 +208,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run_bench_softmax(argc, argv, err);
     run_bench_attention(argc, argv, err);
     run_bench_moe(argc, argv, err);
+    run_bench_topk(argc, argv, err);
+    run_bench_gemv(argc, argv, err);
     for (int i = 0; i < argc; i++) free(argv[i]);
     free(argv);
     return 0;

@@ -10,7 +10,7 @@
 # copy the reproducer into fuzz/corpus/<name>/regress_<what> (the name that
 # scripts/reliability-report.sh counts as found and fixed) and add a case to the tests.
 # fuzz_cli splits its input at NUL bytes into the argument vector of the CLI's
-# option parsers (tools/cli_args.c): generate, score, info, bench model/softmax/attention/moe.
+# option parsers (tools/cli_args.c): generate, score, info, bench model/softmax/attention/moe/topk/gemv.
 # fuzz_tokenizer_encode loads tests/fixtures/tokenizers/{gpt2,llama2} from this
 # checkout ($MF_FUZZ_TOKENIZERS overrides the folder). The seed corpora of the
 # tokenizer targets are made by fuzz/make_tokenizer_seeds.py.

@@ -119,6 +119,7 @@ bad "unknown option --bogus" bench softmax --bogus 1
 bad "--seq 128,0: want up to 16 comma-separated integers in [1, 2147483647]" bench softmax --seq 128,0
 bad "--full with --batch: the whole grid or the listed shapes" bench softmax --batch 1,4 --full
 bad "--cases sweep with --batch/--heads/--seq" bench softmax --heads 12 --cases sweep
+bad "unknown option --no-gemm-ceiling (see minfer bench softmax --help)" bench softmax --no-gemm-ceiling
 # ---- bench moe
 bad "unknown option --bogus (see minfer bench moe --help)" bench moe --bogus 1
 bad "--iters 0: not an integer in [1, 1000000]" bench moe --iters 0
@@ -148,15 +149,19 @@ bad "unknown benchmark 'gemm9'" bench gemm9
 bad "--m 9: not an integer in [1, 8]" bench gemv --m 9
 bad "--format xml: not table, csv or json" bench gemv --format xml
 bad "--iters needs a value" bench gemv --iters
-bad "--bogus unknown option" bench gemv --bogus 1
+bad "unknown option --bogus (see minfer bench gemv --help)" bench gemv --bogus 1
+bad "unknown option --dtype (see minfer bench gemv --help)" bench gemv --dtype f32
+bad "unknown option --full" bench gemv --full
 bad "--k 1025: want up to 16 comma-separated integers in [1, 1024]" bench topk --k 1025
 bad "--vocab 1,,2" bench topk --vocab 1,,2
-bad "--batch 8,: want up to 16" bench topk --batch 8,
+bad "--batch 8,: ends with a comma" bench topk --batch 8,
+bad "--vocab 0: want up to 16 comma-separated integers in [1, 2147483647]" bench topk --vocab 0
+bad "unknown option --max-mb (see minfer bench topk --help)" bench topk --max-mb 100
 bad "--dtype f32,f64: want distinct f32, bf16 or f16" bench topk --dtype f32,f64
 bad "--scale 0: not a finite number > 0" bench topk --scale 0
 bad "--format xml: not table, csv or json" bench topk --format xml
 bad "--iters needs a value" bench topk --iters
-bad "--bogus unknown option" bench topk --bogus 1
+bad "unknown option --bogus (see minfer bench topk --help)" bench topk --bogus 1
 # ---- the top level
 bad "unknown command 'frob'" frob
 

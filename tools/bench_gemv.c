@@ -19,6 +19,7 @@
 
 #include "bench.h"
 #include "bench_util.h"
+#include "cli_args.h"
 #include "core/error.h"
 #include "minfer/minfer.h"
 #ifdef MF_HAVE_CUDA
@@ -186,47 +187,22 @@ static void usage(FILE *f) {
                "  --csv FILE --json FILE    also write the results there\n");
 }
 
-static bool parse_int(const char *s, long lo, long hi, long *out) {
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 int mf_bench_gemv_main(int argc, char **argv) {
-    const char *backend = "auto", *csv = NULL, *json = NULL;
-    long warmup = -1, iters = -1, one_m = 0;
-    mf_bench_format fmt = MF_BENCH_TABLE;
-    for (int i = 0; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        const char *err = NULL;
-        const bool known = !strcmp(o, "--backend") || !strcmp(o, "--csv") || !strcmp(o, "--json") ||
-                           !strcmp(o, "--m") || !strcmp(o, "--warmup") || !strcmp(o, "--iters") ||
-                           !strcmp(o, "--format");
-        if (!known) err = "unknown option";
-        else if (!v) err = "needs a value";
-        else if (!strcmp(o, "--backend")) backend = v;
-        else if (!strcmp(o, "--csv")) csv = v;
-        else if (!strcmp(o, "--json")) json = v;
-        else if (!strcmp(o, "--m")) err = parse_int(v, 1, 8, &one_m) ? NULL : "not an integer in [1, 8]";
-        else if (!strcmp(o, "--warmup")) err = parse_int(v, 0, 100000, &warmup) ? NULL : "not an integer in [0, 100000]";
-        else if (!strcmp(o, "--iters")) err = parse_int(v, 1, 100000, &iters) ? NULL : "not an integer in [1, 100000]";
-        else if (!strcmp(v, "table")) fmt = MF_BENCH_TABLE;
-        else if (!strcmp(v, "csv")) fmt = MF_BENCH_CSV;
-        else if (!strcmp(v, "json")) fmt = MF_BENCH_JSON;
-        else err = "not table, csv or json";
-        if (err) { // one line, as every bad-input message of the CLI
-            if (!known || !v) fprintf(stderr, "minfer: error: bench gemv: %s %s\n", o, err);
-            else fprintf(stderr, "minfer: error: bench gemv: %s %s: %s\n", o, v, err);
-            return 2;
-        }
-        i++;
+    mf_bench_gemv_opts o;
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_bench_gemv_args(argc, argv, &o, err);
+    if (ar == MF_ARGS_HELP) {
+        usage(stdout);
+        return 0;
     }
+    if (ar != MF_ARGS_OK) {
+        fprintf(stderr, "minfer: error: bench gemv: %s\n", err);
+        return 2;
+    }
+    const char *backend = o.com.backend, *csv = o.com.csv, *json = o.com.json;
+    int warmup = o.com.warmup, iters = o.com.iters;
+    const int64_t one_m = o.m;
+    const mf_bench_format fmt = o.com.fmt;
     mf_bench_session b;
     if (mf_bench_open(&b, "gemv", backend, (size_t)16 << 20, false, NCOLS, col_names)) return 1;
     if (warmup < 0) warmup = b.cuda ? 10 : 1;
@@ -238,7 +214,7 @@ int mf_bench_gemv_main(int argc, char **argv) {
     for (size_t s = 0; s < n_shapes && st == MF_OK; s++)
         for (size_t r = 0; r < sizeof kRows / sizeof kRows[0] && st == MF_OK; r++) {
             const int64_t m = one_m ? one_m : kRows[r];
-            st = bench_shape(&b, &shapes[s], m, (int)warmup, (int)iters);
+            st = bench_shape(&b, &shapes[s], m, warmup, iters);
             if (one_m) break;
         }
     int rc = 0;
@@ -246,7 +222,7 @@ int mf_bench_gemv_main(int argc, char **argv) {
         fprintf(stderr, "minfer bench gemv: %s\n", mf_last_error());
         rc = 1;
     }
-    if (mf_bench_report(&b, fmt, (int)iters,
+    if (mf_bench_report(&b, fmt, iters,
                         b.cuda ? "GB/s = weight bytes (n k 2) / time; lt = cuBLASLt (default path), gemv = "
                                  "src/cuda/gemv.cu"
                                : "GB/s = weight bytes (n k 2) / time; CPU: mf_gemm only (no gemv path)",

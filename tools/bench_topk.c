@@ -22,26 +22,12 @@
 
 #include "bench.h"
 #include "bench_util.h"
+#include "cli_args.h"
 #include "core/error.h"
 #include "minfer/minfer.h"
 
-enum { TK_MAX_LIST = 16 };
-
-typedef struct {
-    int64_t v[TK_MAX_LIST];
-    int n;
-} tk_list;
-
-typedef struct {
-    const char *backend, *csv, *json;
-    tk_list vocab, batch, k;     // n == 0: the backend's defaults
-    mf_dtype dt[3];              // (n_dt) --dtype values
-    int n_dt;
-    bool full;
-    long warmup, iters;          // -1: backend default
-    float scale;
-    mf_bench_format fmt;
-} tk_opts;
+typedef mf_bench_topk_opts tk_opts; // parsed by mf_parse_bench_topk_args (cli_args.c)
+typedef mf_arg_list tk_list;
 
 // One case's buffers and the op's arguments, for the timed closure.
 typedef struct {
@@ -109,7 +95,7 @@ static mf_status bench_case(mf_bench_session *b, const tk_opts *o, mf_dtype dt, 
     void *hx = malloc(xb);
     int32_t *hid = malloc(ob);
     float *hv = malloc(ob), *hs = malloc(sb);
-    double *samples = malloc((size_t)o->iters * sizeof *samples);
+    double *samples = malloc((size_t)o->com.iters * sizeof *samples);
     mf_status st = hx && hid && hv && hs && samples ? MF_OK : mf_fail(MF_ERR_OOM, "bench topk: out of host memory");
     if (st == MF_OK) st = mf_backend_alloc(be, xb, &x);
     if (st == MF_OK) st = mf_backend_alloc(be, ob, &ids);
@@ -127,8 +113,8 @@ static mf_status bench_case(mf_bench_session *b, const tk_opts *o, mf_dtype dt, 
     if (st == MF_OK) st = mf_tensor_make(&c.a.vals, vals, MF_DTYPE_F32, dev, 2, os);
     if (st == MF_OK) st = mf_tensor_make(&c.a.stats, stats, MF_DTYPE_F32, dev, 2, ss);
     mf_bench_stats s = {0};
-    if (st == MF_OK) st = mf_bench_sample(timer, run_topk, &c, (int)o->warmup, (int)o->iters, samples);
-    if (st == MF_OK) s = mf_bench_stats_of(samples, (int)o->iters);
+    if (st == MF_OK) st = mf_bench_sample(timer, run_topk, &c, (int)o->com.warmup, (int)o->com.iters, samples);
+    if (st == MF_OK) s = mf_bench_stats_of(samples, (int)o->com.iters);
     if (st == MF_OK) st = mf_backend_copy(be, hid, ids, ob, MF_COPY_D2H);
     if (st == MF_OK) st = mf_backend_copy(be, hv, vals, ob, MF_COPY_D2H);
     if (st == MF_OK) st = mf_backend_copy(be, hs, stats, sb, MF_COPY_D2H);
@@ -197,103 +183,6 @@ static void usage(FILE *f) {
             MF_TOPK_MAX);
 }
 
-static bool parse_int(const char *s, long lo, long hi, long *out) {
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-// "1,8,64" -> l, each in [lo, hi], at most TK_MAX_LIST values, no empty item.
-static bool parse_list(const char *s, long lo, long hi, tk_list *l) {
-    l->n = 0;
-    const char *p = s;
-    for (;;) {
-        char item[32];
-        const size_t len = strcspn(p, ",");
-        long v;
-        if (len == 0 || len >= sizeof item || l->n == TK_MAX_LIST) return false;
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (!parse_int(item, lo, hi, &v)) return false;
-        l->v[l->n++] = v;
-        if (!p[len]) return true;
-        p += len + 1;
-    }
-}
-
-static bool parse_dtypes(const char *s, tk_opts *o) {
-    o->n_dt = 0;
-    const char *p = s;
-    for (;;) {
-        const size_t len = strcspn(p, ",");
-        mf_dtype dt;
-        if (len == 3 && !strncmp(p, "f32", 3)) dt = MF_DTYPE_F32;
-        else if (len == 4 && !strncmp(p, "bf16", 4)) dt = MF_DTYPE_BF16;
-        else if (len == 3 && !strncmp(p, "f16", 3)) dt = MF_DTYPE_F16;
-        else return false;
-        for (int i = 0; i < o->n_dt; i++)
-            if (o->dt[i] == dt) return false; // a repeat
-        if (o->n_dt == 3) return false;
-        o->dt[o->n_dt++] = dt;
-        if (!p[len]) return true;
-        p += len + 1;
-    }
-}
-
-// Parses argv into o; returns 0, 1 for --help, 2 after printing one error line.
-static int parse_args(int argc, char **argv, tk_opts *o) {
-    *o = (tk_opts){.backend = "auto", .dt = {MF_DTYPE_F32}, .n_dt = 1, .warmup = -1, .iters = -1, .scale = 1.0f};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
-        if (!strcmp(a, "--full")) {
-            o->full = true;
-            continue;
-        }
-        static const char *const valued[] = {"--backend", "--csv",   "--json",  "--vocab", "--batch", "--k",
-                                             "--dtype",   "--scale", "--warmup", "--iters", "--format", NULL};
-        bool known = false;
-        for (int j = 0; valued[j]; j++) known |= !strcmp(a, valued[j]);
-        const char *err = NULL;
-        if (!known) err = "unknown option";
-        else if (!v) err = "needs a value";
-        else if (!strcmp(a, "--backend")) {
-            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) err = "not auto, cpu or cuda";
-            o->backend = v;
-        } else if (!strcmp(a, "--csv")) o->csv = v;
-        else if (!strcmp(a, "--json")) o->json = v;
-        else if (!strcmp(a, "--vocab") || !strcmp(a, "--batch")) {
-            if (!parse_list(v, 1, INT32_MAX, a[2] == 'v' ? &o->vocab : &o->batch))
-                err = "want up to 16 comma-separated integers in [1, 2147483647]";
-        } else if (!strcmp(a, "--k")) {
-            if (!parse_list(v, 1, MF_TOPK_MAX, &o->k)) err = "want up to 16 comma-separated integers in [1, 1024]";
-        } else if (!strcmp(a, "--dtype")) {
-            if (!parse_dtypes(v, o)) err = "want distinct f32, bf16 or f16, comma-separated";
-        } else if (!strcmp(a, "--scale")) {
-            char *end = NULL;
-            const double s = strtod(v, &end);
-            if (!*v || *end || !(s > 0) || s > 3.4e38 || !((float)s > 0)) err = "not a finite number > 0";
-            else o->scale = (float)s;
-        } else if (!strcmp(a, "--warmup")) {
-            if (!parse_int(v, 0, 100000, &o->warmup)) err = "not an integer in [0, 100000]";
-        } else if (!strcmp(a, "--iters")) {
-            if (!parse_int(v, 1, 100000, &o->iters)) err = "not an integer in [1, 100000]";
-        } else if (!strcmp(v, "table")) o->fmt = MF_BENCH_TABLE;
-        else if (!strcmp(v, "csv")) o->fmt = MF_BENCH_CSV;
-        else if (!strcmp(v, "json")) o->fmt = MF_BENCH_JSON;
-        else err = "not table, csv or json";
-        if (err) { // one line, as every bad-input message of the CLI
-            if (!known || !v) fprintf(stderr, "minfer: error: bench topk: %.80s %s\n", a, err);
-            else fprintf(stderr, "minfer: error: bench topk: %s %.80s: %s\n", a, v, err);
-            return 2;
-        }
-        i++;
-    }
-    return 0;
-}
-
 // Fills l with defaults[] when the user gave no list; --full appends more[].
 static void default_list(tk_list *l, const int64_t *defaults, int nd, const int64_t *more, int nm, bool full) {
     if (l->n) return;
@@ -303,23 +192,27 @@ static void default_list(tk_list *l, const int64_t *defaults, int nd, const int6
 
 int mf_bench_topk_main(int argc, char **argv) {
     tk_opts o;
-    const int pr = parse_args(argc, argv, &o);
-    if (pr == 1) {
+    char err[MF_ARGS_ERR_CAP];
+    const mf_args_result ar = mf_parse_bench_topk_args(argc, argv, &o, err);
+    if (ar == MF_ARGS_HELP) {
         usage(stdout);
         return 0;
     }
-    if (pr) return pr;
+    if (ar != MF_ARGS_OK) {
+        fprintf(stderr, "minfer: error: bench topk: %s\n", err);
+        return 2;
+    }
     mf_bench_session b;
-    if (mf_bench_open(&b, "topk", o.backend, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
-    if (o.warmup < 0) o.warmup = b.cuda ? 10 : 1;
-    if (o.iters < 0) o.iters = b.cuda ? 50 : 5;
+    if (mf_bench_open(&b, "topk", o.com.backend, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
+    if (o.com.warmup < 0) o.com.warmup = b.cuda ? 10 : 1;
+    if (o.com.iters < 0) o.com.iters = b.cuda ? 50 : 5;
     static const int64_t gpu_vocab[] = {32000, 128256, 151936}, cpu_vocab[] = {32000}, more_vocab[] = {50257, 256000};
     static const int64_t gpu_batch[] = {1, 8, 64}, cpu_batch[] = {1, 8}, more_batch[] = {4, 16, 32, 128};
     static const int64_t def_k[] = {50, 1024}, more_k[] = {1, 256};
-    default_list(&o.vocab, b.cuda ? gpu_vocab : cpu_vocab, b.cuda ? 3 : 1, more_vocab, 2, o.full);
-    default_list(&o.batch, b.cuda ? gpu_batch : cpu_batch, b.cuda ? 3 : 2, more_batch, 4, o.full);
-    default_list(&o.k, def_k, 2, more_k, 2, o.full);
-    if (o.full && o.n_dt == 1 && o.dt[0] == MF_DTYPE_F32) o.dt[o.n_dt++] = MF_DTYPE_BF16;
+    default_list(&o.vocab, b.cuda ? gpu_vocab : cpu_vocab, b.cuda ? 3 : 1, more_vocab, 2, o.com.full);
+    default_list(&o.batch, b.cuda ? gpu_batch : cpu_batch, b.cuda ? 3 : 2, more_batch, 4, o.com.full);
+    default_list(&o.k, def_k, 2, more_k, 2, o.com.full);
+    if (o.com.full && o.n_dt == 1 && o.dts[0] == MF_DTYPE_F32) o.dts[o.n_dt++] = MF_DTYPE_BF16;
 
     mf_status st = MF_OK;
     bool failed = false;
@@ -335,7 +228,7 @@ int mf_bench_topk_main(int argc, char **argv) {
                                 (long long)o.k.v[ki], (long long)o.vocab.v[vi]);
                         continue;
                     }
-                    st = bench_case(&b, &o, o.dt[d], o.vocab.v[vi], o.batch.v[bi], o.k.v[ki], ci, nc, &failed);
+                    st = bench_case(&b, &o, o.dts[d], o.vocab.v[vi], o.batch.v[bi], o.k.v[ki], ci, nc, &failed);
                 }
     int rc = 0;
     if (st != MF_OK) {
@@ -351,7 +244,7 @@ int mf_bench_topk_main(int argc, char **argv) {
              "MB_read = B V esize (the logits once), GB/s = that / p50; host_KB = B (8k + 8) crossing to the host "
              "vs logits_KB = B V 4 (f32 logits); scale %g",
              (double)o.scale);
-    if (mf_bench_report(&b, o.fmt, (int)o.iters, note, o.csv, o.json)) rc = 1;
+    if (mf_bench_report(&b, o.com.fmt, o.com.iters, note, o.com.csv, o.com.json)) rc = 1;
     mf_bench_close(&b);
     return rc;
 }

@@ -1,5 +1,5 @@
-// Option parsing of generate, score, info and bench model, softmax, attention
-// and moe (tools/cli_args.h). Plain C over argv: no library calls, so that
+// Option parsing of generate, score, info and bench model, softmax, attention,
+// moe, topk and gemv (tools/cli_args.h). Plain C over argv: no library calls, so that
 // fuzz/fuzz_cli.c can run it on arbitrary argument vectors.
 #include "cli_args.h"
 
@@ -395,19 +395,28 @@ static void common_defaults(mf_bench_common_opts *c) {
                                 .iters = -1, .max_mb = -1};
 }
 
-// One option every op bench takes: *taken says whether `a` was one (its value,
-// if any, consumed from argv); MF_ARGS_BAD with err set when its value is bad.
-static mf_args_result common_opt(int argc, char **argv, int *i, mf_bench_common_opts *c, bool *taken, char *err) {
-    static const char *const valued[] = {"--backend", "--csv", "--json", "--warmup", "--iters", "--max-mb",
-                                         "--dtype", "--format", NULL};
+// The common options a bench has no use for (bench_arg then calls them unknown).
+enum { NO_DTYPE = 1, NO_FULL = 2, NO_MAX_MB = 4, NO_GEMM = 8 };
+
+// Whether common option a is one the bench takes (skip: NO_* bits).
+static bool common_taken(const char *a, unsigned skip) {
+    static const char *const all[] = {"--backend", "--csv", "--json", "--warmup", "--iters", "--max-mb",
+                                      "--dtype", "--format", "--full", "--no-gemm-ceiling", NULL};
+    if (!one_of(a, all)) return false;
+    return !((skip & NO_DTYPE && !strcmp(a, "--dtype")) || (skip & NO_FULL && !strcmp(a, "--full")) ||
+             (skip & NO_MAX_MB && !strcmp(a, "--max-mb")) || (skip & NO_GEMM && !strcmp(a, "--no-gemm-ceiling")));
+}
+
+// One option every op bench takes (but those in skip): *taken says whether
+// `a` was one (its value, if any, consumed from argv); MF_ARGS_BAD with err
+// set when its value is bad.
+static mf_args_result common_opt(int argc, char **argv, int *i, mf_bench_common_opts *c, unsigned skip,
+                                 bool *taken, char *err) {
     const char *a = argv[*i];
-    *taken = true;
+    *taken = common_taken(a, skip);
+    if (!*taken) return MF_ARGS_OK;
     if (!strcmp(a, "--full") || !strcmp(a, "--no-gemm-ceiling")) {
         *(a[2] == 'f' ? &c->full : &c->no_gemm) = true;
-        return MF_ARGS_OK;
-    }
-    if (!one_of(a, valued)) {
-        *taken = false;
         return MF_ARGS_OK;
     }
     if (*i + 1 >= argc) return bad(err, "%s needs a value", a);
@@ -468,14 +477,14 @@ static mf_args_result shapes_given(const shape_opt *opts, const mf_bench_common_
 // One step of an op bench's option loop at argv[*i]: -h, a common option, a
 // shape list, or one of the bench's own `valued` options, whose flag and value
 // come back in *flag and *v (*flag NULL when the argument was taken here).
-static mf_args_result bench_arg(int argc, char **argv, int *i, mf_bench_common_opts *c, const shape_opt *shapes,
-                                const char *const *valued, const char *cmd, const char **flag, const char **v,
-                                char *err) {
+static mf_args_result bench_arg(int argc, char **argv, int *i, mf_bench_common_opts *c, unsigned skip,
+                                const shape_opt *shapes, const char *const *valued, const char *cmd, const char **flag,
+                                const char **v, char *err) {
     const char *a = argv[*i];
     *flag = NULL;
     if (is_help(a)) return MF_ARGS_HELP;
     bool taken;
-    if (common_opt(argc, argv, i, c, &taken, err)) return MF_ARGS_BAD;
+    if (common_opt(argc, argv, i, c, skip, &taken, err)) return MF_ARGS_BAD;
     if (!taken && shape_list(argc, argv, i, shapes, &taken, err)) return MF_ARGS_BAD;
     if (taken) return MF_ARGS_OK;
     if (!one_of(a, valued)) return bad(err, "unknown option %.80s (see minfer bench %s --help)", a, cmd);
@@ -505,7 +514,7 @@ mf_args_result mf_parse_bench_softmax_args(int argc, char **argv, mf_bench_softm
     bool cases_given = false;
     for (int i = 0; i < argc; i++) {
         const char *a, *v;
-        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, shapes, valued, "softmax", &a, &v, err);
+        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, NO_GEMM, shapes, valued, "softmax", &a, &v, err);
         if (step != MF_ARGS_OK) return step;
         if (!a) continue;
         mf_args_result r = MF_ARGS_OK;
@@ -546,7 +555,7 @@ mf_args_result mf_parse_bench_attention_args(int argc, char **argv, mf_bench_att
     static const char *const valued[] = {"--cases", "--mask", "--num-splits", NULL};
     for (int i = 0; i < argc; i++) {
         const char *a, *v;
-        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, shapes, valued, "attention", &a, &v, err);
+        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, 0, shapes, valued, "attention", &a, &v, err);
         if (step != MF_ARGS_OK) return step;
         if (!a) continue;
         mf_args_result r = MF_ARGS_OK;
@@ -579,7 +588,7 @@ mf_args_result mf_parse_bench_moe_args(int argc, char **argv, mf_bench_moe_opts 
     static const char *const valued[] = {"--mode", "--routing", "--seq", NULL};
     for (int i = 0; i < argc; i++) {
         const char *a, *v;
-        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, shapes, valued, "moe", &a, &v, err);
+        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, 0, shapes, valued, "moe", &a, &v, err);
         if (step != MF_ARGS_OK) return step;
         if (!a) continue;
         mf_args_result r = MF_ARGS_OK;
@@ -598,5 +607,60 @@ mf_args_result mf_parse_bench_moe_args(int argc, char **argv, mf_bench_moe_opts 
     if (shapes_given(shapes, &o->com, "moe", &listed, err)) return MF_ARGS_BAD;
     for (int h = 0; h < o->hidden.n; h++)
         if (o->hidden.v[h] % 8) return bad(err, "--hidden %lld: not a multiple of 8", (long long)o->hidden.v[h]);
+    return MF_ARGS_OK;
+}
+
+mf_args_result mf_parse_bench_topk_args(int argc, char **argv, mf_bench_topk_opts *o, char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_bench_topk_opts){.dts = {MF_DTYPE_F32}, .n_dt = 1, .scale = 1.0f};
+    common_defaults(&o->com);
+    err[0] = 0;
+    const shape_opt shapes[] = {{"--vocab", 1, INT32_MAX, &o->vocab},
+                                {"--batch", 1, INT32_MAX, &o->batch},
+                                {"--k", 1, MF_TOPK_MAX, &o->k},
+                                {NULL, 0, 0, NULL}};
+    static const char *const valued[] = {"--scale", "--dtype", NULL};
+    for (int i = 0; i < argc; i++) {
+        const char *a, *v;
+        const mf_args_result step =
+            bench_arg(argc, argv, &i, &o->com, NO_DTYPE | NO_MAX_MB | NO_GEMM, shapes, valued, "topk", &a, &v, err);
+        if (step != MF_ARGS_OK) return step;
+        if (!a) continue;
+        if (!strcmp(a, "--scale")) {
+            double x = 0;
+            if (!finite_of(v, &x) || !(x > 0) || x > FLT_MAX || !((float)x > 0))
+                return bad(err, "--scale %.80s: not a finite number > 0", v);
+            o->scale = (float)x;
+            continue;
+        }
+        o->n_dt = 0; // --dtype f32,bf16: distinct dtypes
+        for (const char *p = v;;) {
+            const size_t len = strcspn(p, ",");
+            mf_dtype dt = MF_DTYPE_F32;
+            bool ok = (len == 3 && !strncmp(p, "f32", 3)) || (len == 3 && !strncmp(p, "f16", 3)) ||
+                      (len == 4 && !strncmp(p, "bf16", 4));
+            if (ok) dt = p[0] == 'b' ? MF_DTYPE_BF16 : p[1] == '1' ? MF_DTYPE_F16 : MF_DTYPE_F32;
+            for (int j = 0; ok && j < o->n_dt; j++) ok = o->dts[j] != dt;
+            if (!ok || o->n_dt == 3) return bad(err, "--dtype %.80s: want distinct f32, bf16 or f16, comma-separated", v);
+            o->dts[o->n_dt++] = dt;
+            if (!p[len]) break;
+            p += len + 1;
+        }
+    }
+    return MF_ARGS_OK;
+}
+
+mf_args_result mf_parse_bench_gemv_args(int argc, char **argv, mf_bench_gemv_opts *o, char err[MF_ARGS_ERR_CAP]) {
+    *o = (mf_bench_gemv_opts){0};
+    common_defaults(&o->com);
+    err[0] = 0;
+    const shape_opt shapes[] = {{NULL, 0, 0, NULL}};
+    static const char *const valued[] = {"--m", NULL};
+    for (int i = 0; i < argc; i++) {
+        const char *a, *v;
+        const mf_args_result step = bench_arg(argc, argv, &i, &o->com, NO_DTYPE | NO_FULL | NO_MAX_MB | NO_GEMM,
+                                              shapes, valued, "gemv", &a, &v, err);
+        if (step != MF_ARGS_OK) return step;
+        if (a && int32_opt(a, v, 1, 8, &o->m, err)) return MF_ARGS_BAD;
+    }
     return MF_ARGS_OK;
 }

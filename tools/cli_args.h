@@ -96,7 +96,7 @@ typedef struct {
     bool profile;                     // --profile
 } mf_bench_model_opts;
 
-// The options every op bench (softmax, attention, moe) takes.
+// The options every op bench takes (each refuses those it has no use for).
 typedef struct {
     const char *backend, *csv, *json; // --backend (auto), --csv FILE, --json FILE
     mf_dtype dt;                      // --dtype (valid when dt_given; the bench has a default)
@@ -138,6 +138,21 @@ typedef struct {
                                                // top_k [1, 256], hidden a multiple of 8 in [8, 65536]
 } mf_bench_moe_opts;
 
+// minfer bench topk [options]
+typedef struct {
+    mf_bench_common_opts com;         // --dtype is dts below; no --max-mb, no GEMM ceiling
+    mf_arg_list vocab, batch, k;      // n == 0: the backend's defaults; vocab, batch [1, 2^31), k [1, MF_TOPK_MAX]
+    mf_dtype dts[3];                  // (n_dt) --dtype f32,bf16,f16: distinct (default f32)
+    int n_dt;
+    float scale;                      // --scale, finite and > 0 (1)
+} mf_bench_topk_opts;
+
+// minfer bench gemv [options]
+typedef struct {
+    mf_bench_common_opts com;         // no --dtype, --full, --max-mb or GEMM ceiling
+    int m;                            // --m: one row count in [1, 8]; 0: 1, 2, 4 and 8
+} mf_bench_gemv_opts;
+
 mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o, char err[MF_ARGS_ERR_CAP]);
 mf_args_result mf_parse_score_args(int argc, char **argv, mf_score_opts *o, char err[MF_ARGS_ERR_CAP]);
 void mf_score_opts_free(mf_score_opts *o); // frees ids; NULL is fine
@@ -148,5 +163,7 @@ mf_args_result mf_parse_bench_softmax_args(int argc, char **argv, mf_bench_softm
 mf_args_result mf_parse_bench_attention_args(int argc, char **argv, mf_bench_attention_opts *o,
                                              char err[MF_ARGS_ERR_CAP]);
 mf_args_result mf_parse_bench_moe_args(int argc, char **argv, mf_bench_moe_opts *o, char err[MF_ARGS_ERR_CAP]);
+mf_args_result mf_parse_bench_topk_args(int argc, char **argv, mf_bench_topk_opts *o, char err[MF_ARGS_ERR_CAP]);
+mf_args_result mf_parse_bench_gemv_args(int argc, char **argv, mf_bench_gemv_opts *o, char err[MF_ARGS_ERR_CAP]);
 
 #endif // MF_TOOLS_CLI_ARGS_H
