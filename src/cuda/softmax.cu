@@ -1,9 +1,10 @@
 // Fused scale + mask + softmax (mf_softmax) on CUDA, f32 math:
 //   u_j = scale * x_j + bias_j,   y_j = exp(u_j - max u) / sum_k exp(u_k - max u)
 // with keys j >= lim(row) masked, lim = min(k_len, i + k_len - q_len + 1 if
-// causal, key_lens[b]). Masks come from indices (never materialised); masked
-// keys are not loaded (a causal row reads only its visible prefix) and are
-// written as 0. exp is ex2.approx of (u - max) * log2(e): the difference is
+// causal, key_lens[b]). Masks come from indices (never materialised); chunks
+// wholly past lim are not loaded (a causal row reads its visible prefix and
+// at most 7 masked columns of the chunk that straddles lim, discarded), and
+// masked keys are written as 0. exp is ex2.approx of (u - max) * log2(e): the difference is
 // taken first, in natural units, so that logits of magnitude 1e4 keep their
 // relative accuracy (folding log2(e) into the scale would round each logit
 // by ~1e-3 there), at one FMUL per element.
@@ -201,8 +202,9 @@ __device__ __forceinline__ int chunk_load(const SmParams &p, const Row &row, int
                                           float (&b)[kMfVec]) {
     if (c0 >= row.lim) return 0;
     if (c0 >= 0 && c0 + kMfVec <= p.cols) {
-        ld_raw(row.x + c0 * dt_size(p.x_dt), p.x_dt, x);
-        if (bcol) ld_raw(row.b + c0 * dt_size(p.b_dt), p.b_dt, b);
+        // 64-bit byte offsets: a row of 2^29 f32 columns (2 GiB) takes the online or split kernel
+        ld_raw(row.x + (int64_t)c0 * dt_size(p.x_dt), p.x_dt, x);
+        if (bcol) ld_raw(row.b + (int64_t)c0 * dt_size(p.b_dt), p.b_dt, b);
         return 1;
     }
     const F8 xv = ld_partial(row.x, p.x_dt, c0, row.lim);
@@ -541,13 +543,13 @@ __global__ void __launch_bounds__(kGenericThreads) softmax_generic_kernel(SmPara
     for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
         const Row row = row_setup(p, r);
         float m = -INFINITY, s = 0.0f;
-        for (int j = threadIdx.x; j < row.lim; j += blockDim.x) {
+        for (int64_t j = threadIdx.x; j < row.lim; j += blockDim.x) { // 64-bit: cols may be near 2^31
             const float u = fmaf(mf_ld(row.x, p.x_dt, j), p.scale, p.bcol ? mf_ld(row.b, p.b_dt, j) : row.c);
             ms_combine(m, s, u, u == -INFINITY ? 0.0f : 1.0f); // one logit is (max u, sum 1); NaN stays NaN
         }
         block_ms(m, s, red_m, red_s);
         const float me = me_of(m), inv = inv_of(s);
-        for (int j = threadIdx.x; j < p.cols; j += blockDim.x) {
+        for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) {
             float o = 0.0f;
             if (j < row.lim) {
                 const float u = fmaf(mf_ld(row.x, p.x_dt, j), p.scale, p.bcol ? mf_ld(row.b, p.b_dt, j) : row.c);
@@ -771,7 +773,7 @@ mf_status plan(mf_cuda_ctx *c, const SmParams &p, Plan *pl) {
     const int64_t resident = resident_sm * occ;
     // Few rows: split them over blocks (three passes over memory instead of
     // two, but the whole chip works), unless clusters already fill it.
-    if ((!cluster || p.rows * cs < resident_sm) && p.rows < resident && c->workspace) {
+    if ((!cluster || p.rows * cs < resident_sm) && p.rows > 0 && p.rows < resident && c->workspace) {
         int64_t splits = (resident + p.rows - 1) / p.rows;
         splits = std::min(splits, (int64_t)(nchunks / kSplitMinChunks));
         splits = std::min(splits, (int64_t)(c->workspace_bytes / sizeof(float2)) / p.rows);
