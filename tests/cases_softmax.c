@@ -32,6 +32,7 @@
 // running sum or an off-by-one in the causal limit shows as O(1) errors.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -514,6 +515,61 @@ static th_result run_int64(th_ctx *ctx, const void *params) {
     return res;
 }
 
+// ---- one row past 2^29 f32 columns (CUDA only: 2 GiB in, 2 GiB out) -------------------
+// Its chunks' byte offsets pass 2^31 (the online / split kernels; they were
+// computed in int until a review caught it). key_lens masks the last 5
+// columns. Checked: the first and last 4096 columns and every 4099th. On the
+// CPU (MF_TEST_BIG_CPU=1) it caught the two-pass path's f32 running sum,
+// 0.8% low at this length (now a double).
+
+static th_result run_long_row(th_ctx *ctx, const void *params) {
+    (void)params;
+    if (mf_backend_device(ctx->be) == MF_DEVICE_CPU && !getenv("MF_TEST_BIG_CPU")) {
+        snprintf(ctx->msg, sizeof ctx->msg, "2 GiB row: CUDA only (MF_TEST_BIG_CPU=1: the CPU too, ~10 GB)");
+        return TH_SKIP;
+    }
+    const int64_t K = ((int64_t)1 << 29) + 24, lim = K - 5;
+    const int64_t shape[4] = {1, 1, 1, K}, one = 1;
+    mf_tensor x, kl;
+    th_buf *bx = th_tensor(ctx, MF_DTYPE_F32, 4, shape, NULL, &x);
+    float *hx = (float *)bx->host;
+    uint64_t z = 0x9e3779b97f4a7c15ull;
+    for (int64_t j = 0; j < K; j++) { // uniform in [-6, 6) by xorshift64: cheap for 5e8 values
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        hx[j] = (float)((double)(z >> 40) * 0x1.0p-24 * 12.0 - 6.0);
+    }
+    th_buf *bk = th_tensor(ctx, MF_DTYPE_I32, 1, &one, NULL, &kl);
+    th_set(bk, 0, (double)lim);
+    const size_t ybytes = (size_t)K * 4;
+    void *yd = NULL;
+    if (mf_backend_alloc(ctx->be, ybytes, &yd) != MF_OK) {
+        snprintf(ctx->msg, sizeof ctx->msg, "cannot allocate %zu bytes: %s", ybytes, mf_last_error());
+        return TH_SKIP;
+    }
+    mf_softmax_args a = {.x = x, .scale = 0.125f, .key_lens = &kl};
+    mf_tensor_make(&a.y, yd, MF_DTYPE_F32, mf_backend_device(ctx->be), 4, shape);
+    th_upload_all(ctx);
+    float *host = th_scratch(ctx, ybytes);
+    th_result res = TH_PASS;
+    mf_status st = mf_backend_memset(ctx->be, yd, 0xff, ybytes); // NaN poison
+    if (st == MF_OK) st = mf_softmax(ctx->be, &a);
+    if (st == MF_OK) st = mf_backend_sync(ctx->be);
+    if (st == MF_OK) st = mf_backend_copy(ctx->be, host, yd, ybytes, MF_COPY_D2H);
+    if (st != MF_OK) res = th_fail(ctx, "mf_softmax: %s: %s", mf_status_str(st), mf_last_error());
+    // The header's bound with scale 2^-3 (exact logits), |u| <= 0.75: d_k <= 7 u32.
+    double M = -INFINITY, S = 0.0;
+    for (int64_t j = 0; j < lim; j++) M = fmax(M, 0.125 * hx[j]);
+    for (int64_t j = 0; j < lim && res == TH_PASS; j++) S += exp(0.125 * hx[j] - M);
+    const double u32 = 0x1.0p-24, rel = 14 * u32 + (16.0 + 2.0 * sqrt((double)lim)) * u32 + 5 * u32;
+    for (int64_t j = 0; j < K && res == TH_PASS; j += (j < 4096 || j >= K - 4096) ? 1 : 4099) {
+        const double ref = j < lim ? exp(0.125 * hx[j] - M) / S : 0.0, got = host[j];
+        if (!(fabs(got - ref) <= rel * ref + 0x1.0p-125))
+            res = th_fail(ctx, "y[0,0,0,%lld] = %.9g, ref %.9g (bound %.3g)", (long long)j, got, ref, rel * ref);
+    }
+    mf_backend_dealloc(ctx->be, yd);
+    return res;
+}
+
 // ---- the case list -------------------------------------------------------------------
 
 static const mf_dtype dts[3] = {MF_DTYPE_F32, MF_DTYPE_F16, MF_DTYPE_BF16};
@@ -665,4 +721,5 @@ void th_cases_softmax(th_list *l) {
     sm_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "softmax(validation)");
     th_add(l, run_int64, &none, sizeof none, "softmax(int64,dtype=bf16,shape=2049x1x1024x1024,mask=causal+key_lens,scale=0.125)");
+    th_add(l, run_long_row, &none, sizeof none, "softmax(long_row,dtype=f32,shape=1x1x1x536870936,mask=key_lens,scale=0.125)");
 }

@@ -105,19 +105,22 @@ static void softmax_row(const mf_softmax_args *p, const mf_softmax_geom *g, int6
     }
     // Pass 1: running max m and sum s of exp(u - me), me = m or 0 while m = -inf
     // (so that a row of -inf and NaN still sums to 0 or NaN, never skips a NaN).
-    float m = -INFINITY, s = 0.0f;
+    // s in double: a row of 2^29 columns adds ~10^6 block sums of ~256 to a
+    // total near 3e8, where an f32 ulp is 32; in f32 it came out 0.8% low.
+    float m = -INFINITY;
+    double s = 0.0;
     for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
         const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
         row_logits(&rc, j0, n, u, tmp);
         const float bm = mf_row_max(u, n);
         if (bm > m) {
-            if (s != 0.0f) s *= mf_exp_nonpos((m == -INFINITY ? 0.0f : m) - bm);
+            if (s != 0.0) s *= mf_exp_nonpos((m == -INFINITY ? 0.0f : m) - bm);
             m = bm;
         }
         s += exp_sum(u, n, m == -INFINITY ? 0.0f : m); // u is scratch: recomputed in pass 2
     }
     const float me = m == -INFINITY ? 0.0f : m;
-    const float inv = s == 0.0f ? 0.0f : 1.0f / s; // all masked: zeros; NaN sum: NaN row
+    const float inv = s == 0.0 ? 0.0f : (float)(1.0 / s); // all masked: zeros; NaN sum: NaN row
     // Pass 2: normalise (x re-read per block; in place is safe: a block is read before it is written).
     for (int64_t j0 = 0; j0 < lim; j0 += kBlk) {
         const int64_t n = lim - j0 < kBlk ? lim - j0 : kBlk;
