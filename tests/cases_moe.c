@@ -763,13 +763,17 @@ void th_cases_moe(th_list *l) {
          .gate = true, .res = RES_SEPARATE},
     };
     for (int c = 0; c < 5; c++) add_layer(l, &dec[c]);
-    const experts_p dex[4] = {
+    const experts_p dex[6] = {
         {.dt = MF_DTYPE_BF16, .N = 32, .H = 40, .I = 24, .E = 1, .ffn = MF_MOE_FFN_SWIGLU},
         {.dt = MF_DTYPE_F16, .N = 32, .H = 40, .I = 24, .E = 60, .ffn = MF_MOE_FFN_GELU, .host = true, .tail = 5},
         {.dt = MF_DTYPE_F32, .N = 20, .H = 40, .I = 24, .E = 3, .ffn = MF_MOE_FFN_GELU, .tail = 3},
         {.dt = MF_DTYPE_F32, .N = 33, .H = 40, .I = 24, .E = 8, .ffn = MF_MOE_FFN_SWIGLU},
+        // K long enough for every unrolled load and a second pass of the decode kernel's
+        // K loop (bf16: 1024 elements per pass; f32: 512), with tails (a review's gap)
+        {.dt = MF_DTYPE_BF16, .N = 12, .H = 2056, .I = 1032, .E = 4, .ffn = MF_MOE_FFN_SWIGLU},
+        {.dt = MF_DTYPE_F32, .N = 9, .H = 1028, .I = 520, .E = 3, .ffn = MF_MOE_FFN_GELU, .host = true},
     };
-    for (int c = 0; c < 4; c++) add_experts(l, &dex[c]);
+    for (int c = 0; c < 6; c++) add_experts(l, &dex[c]);
     // 11. Shapes for the sm_90a grouped GEMMs' tiles (128 rows x 256 columns, K steps of 64):
     //     experts with several row tiles, partial column tiles, K tails in both GEMMs
     //     (H = 200, I = 136), two column tiles (H = 264, I = 320), 64 experts, more tiles
