@@ -93,6 +93,8 @@ __global__ void __launch_bounds__(kFbWarps * 32, 1) attn_fallback_kernel(const A
 // The kernel view of validated arguments (see ops.h for the three modes).
 mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p) {
     *p = AttnParams{};
+    if (a->block_table) // TODO(paged KV on CUDA): one table lookup per key tile in each kernel
+        return mf_fail(MF_ERR_UNSUPPORTED, "attention: a paged cache (block_table) is not supported on cuda yet");
     const bool fixed = !a->cu_seqlens_q, cache = a->k_lens != nullptr;
     const int qd = a->q.ndim; // 4 fixed, 3 otherwise
     p->q = a->q.data, p->k = a->k.data, p->v = a->v.data, p->o = a->o.data;
