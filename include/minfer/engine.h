@@ -108,7 +108,10 @@ typedef struct {
 
 // One iteration. With nothing queued it returns at once (n_events 0). A
 // failure of the step itself (the backend, an injected fault) leaves every
-// request as it was before the step; the engine keeps serving.
+// request as it was before the step; the engine keeps serving. A sequence
+// whose logits cannot be sampled (a NaN or +inf logit, all -inf) ends with an
+// MF_FINISH_ABORT event; the step then returns that error, after every other
+// row is done (*out is filled either way).
 mf_status mf_engine_step(mf_engine *e, mf_engine_step_result *out);
 
 // Ends a request now: its blocks are freed (prompt blocks stay in the
