@@ -372,7 +372,7 @@ static void test_bad_requests(void) {
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .sampler = {.top_p = 2}}, "top_p"},
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .top_logprobs = 21, .logprobs = true}, "top_logprobs 21"},
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .top_logprobs = 2}, "without logprobs"},
-        {{.prompt = prompt, .n_prompt = 128, .max_tokens = 1}, "max_model_len 128"},
+        {{.prompt = prompt, .n_prompt = 129, .max_tokens = 1}, "longer than max_model_len 128"},
         {{.prompt = prompt, .n_prompt = 100, .max_tokens = 100, .n = 4}, "the pool has 10"},
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .n_stop = 1}, "n_stop 1 with stop"},
     };

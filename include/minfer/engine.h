@@ -75,6 +75,8 @@ typedef struct {
                                 // logits: log_softmax, before any sampling transform)
     int32_t top_logprobs;       // and the N most likely tokens' (0 .. MF_ENGINE_MAX_TOP_LOGPROBS)
     bool no_text;               // true: token ids only (no detokenizing); stop strings need text
+    bool host_sampling;         // true: always draw from the full logits on the host (the same
+                                // tokens as the device's argmax / top-k candidates; for tests)
 } mf_request_params;
 
 // Queues a request; *id names it from then on (ids are never reused). A
@@ -163,6 +165,8 @@ typedef struct {
     int64_t generated_tokens;
     int64_t preemptions;
     int64_t steps;
+    int64_t device_picks;       // tokens chosen from what the device reduced logits to (argmax, top-k)
+    int64_t logit_reads;        // candidate rows that did not decide a draw: their logits read back
     int64_t kv_bytes;           // bytes of the pool
 } mf_engine_stats;
 mf_status mf_engine_get_stats(const mf_engine *e, mf_engine_stats *out);

@@ -149,8 +149,8 @@ static mf_status check_params(const mf_engine *e, const mf_request_params *p) {
         return mf_fail(MF_ERR_INVALID_ARG, "%s: top_logprobs %d without logprobs", fn, p->top_logprobs);
     // Room: the prompt and all but the last generated token live in the cache.
     const int64_t max_len = e->o.max_model_len, bs = e->r.block_size;
-    if (p->n_prompt >= max_len)
-        return mf_fail(MF_ERR_INVALID_ARG, "%s: prompt of %lld tokens leaves no room under max_model_len %lld", fn,
+    if (p->n_prompt > max_len)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: prompt of %lld tokens is longer than max_model_len %lld", fn,
                        (long long)p->n_prompt, (long long)max_len);
     int64_t gen = p->max_tokens < max_len - p->n_prompt + 1 ? p->max_tokens : max_len - p->n_prompt + 1;
     const int64_t n = p->n > 0 ? p->n : 1, prompt_blocks = p->n_prompt / bs;
@@ -187,7 +187,7 @@ mf_status mf_engine_add_request(mf_engine *e, const mf_request_params *p, uint64
     const bool penalty = sp->repetition_penalty != 0.0f && sp->repetition_penalty != 1.0f;
     q->greedy = (sp->temperature == 0.0f || sp->top_k == 1) && !penalty;
     q->cand_k = q->greedy ? 0 : mf_sampler_candidates_k(sp, e->r.vocab);
-    q->need_logits = q->logprobs || (!q->greedy && q->cand_k == 0);
+    q->need_logits = q->logprobs || p->host_sampling || (!q->greedy && q->cand_k == 0);
     q->t_queued = mf_engine_now();
     mf_status st = MF_OK;
     q->prompt = mf_malloc((size_t)p->n_prompt * sizeof *q->prompt);
@@ -323,7 +323,7 @@ static void logprobs_of(const mf_engine *e, const float *x, int32_t id, int32_t 
 static mf_status fail_at(mf_status st, const eng_seq *s) {
     char msg[400];
     snprintf(msg, sizeof msg, "%s", mf_last_error());
-    return mf_fail(st, "engine: request %llu sequence %d token %lld: %s", (unsigned long long)s->req->id, s->index,
+    return mf_fail(st, "engine: request %llu sequence %d, token %lld: %s", (unsigned long long)s->req->id, s->index,
                    (long long)(s->n_tok - s->req->n_prompt), msg);
 }
 
@@ -341,17 +341,22 @@ static mf_status draw(mf_engine *e, eng_seq *s, int32_t row, mf_run_kind kind, i
         const int32_t g = kind == MF_RUN_ARGMAX ? e->b_ids[row] : e->b_ids[(size_t)row * (size_t)k];
         const float val = kind == MF_RUN_ARGMAX ? e->b_vals[row] : e->b_vals[(size_t)row * (size_t)k];
         if (g == -1)
-            return fail_at(mf_fail(MF_ERR_INVALID_ARG, "all %lld logits are -inf", (long long)V), s);
+            return fail_at(mf_fail(MF_ERR_INVALID_ARG, "sampler_sample: all %lld logits are -inf", (long long)V), s);
         if (g < 0 || g >= V || isnan(val) || val == INFINITY)
-            return fail_at(mf_fail(MF_ERR_INVALID_ARG, "logit %d is NaN or +inf (argmax on the device)", g), s);
+            return fail_at(
+                mf_fail(MF_ERR_INVALID_ARG, "sampler_sample: logit %d is NaN or +inf (argmax on the device)", g), s);
         *id = g;
+        e->st.device_picks++;
         return MF_OK;
     }
     mf_status st = mf_sampler_sample_candidates(e->sampler, &s->rng, e->b_ids + (size_t)row * (size_t)k,
                                                 e->b_vals + (size_t)row * (size_t)k, k, e->b_stats + 2 * (size_t)row, id);
     if (st == MF_ERR_UNSUPPORTED) { // the candidates do not decide it: the row's logits
         MF_TRY(e->r.read_logits(e->r.ctx, row, e->row));
+        e->st.logit_reads++;
         st = mf_sampler_sample_rng(e->sampler, &s->rng, e->row, s->toks, s->n_tok, id);
+    } else if (st == MF_OK) {
+        e->st.device_picks++;
     }
     return st == MF_OK ? MF_OK : fail_at(st, s);
 }
@@ -540,7 +545,7 @@ mf_status mf_engine_get_stats(const mf_engine *e, mf_engine_stats *out) {
     return MF_OK;
 }
 
-mf_model *mf_engine_model(const mf_engine *e) { return e ? e->model : NULL; }
+mf_model *mf_engine_model(const mf_engine *e) { return e ? e->r.model : NULL; }
 
 // ---- create / free -------------------------------------------------------------------------
 
@@ -562,7 +567,7 @@ void mf_engine_free(mf_engine *e) {
     free(e->b_vals);
     free(e->b_stats);
     free(e->events);
-    mf_session_free(e->own_session);
+    if (e->r.destroy) e->r.destroy(e->r.ctx);
     free(e);
 }
 

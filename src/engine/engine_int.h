@@ -80,8 +80,6 @@ typedef struct {
 
 struct mf_engine {
     mf_runner r;
-    mf_session *own_session;   // the session behind r when the engine made it (NULL: the caller's)
-    mf_model *model;
     mf_engine_opts o;
     mf_kv_pool pool;
     mf_sampler *sampler;       // scratch shared by every request (params switched per draw)

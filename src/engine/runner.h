@@ -48,6 +48,10 @@ typedef struct {
     mf_status (*read_logits)(void *ctx, int32_t row, float *logits);
     // Copies block src's KV (every layer, K and V) to block dst (copy on write).
     mf_status (*copy_block)(void *ctx, int32_t src, int32_t dst);
+    // Optional: frees ctx when the engine made on the runner is freed (NULL: the caller owns it);
+    // set, ctx belongs to the engine from mf_engine_create_runner on, also when that fails.
+    void (*destroy)(void *ctx);
+    mf_model *model;         // what mf_engine_model answers (NULL for fakes)
     int64_t vocab;           // logits per row
     int32_t n_blocks;        // KV pool
     int32_t block_size;      // tokens per block
