@@ -12,6 +12,7 @@
 #endif
 
 #include "bench_util.h"
+#include "cli.h"
 #include "core/error.h"
 
 struct mf_bench_timer {
@@ -33,12 +34,6 @@ struct mf_bench_timer {
         if (e_ != cudaSuccess) return mf_fail(MF_ERR_CUDA, "bench: %s: %s", #call, cudaGetErrorString(e_)); \
     } while (0)
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 mf_status mf_bench_timer_init(mf_backend *be, size_t flush_bytes, mf_bench_timer **out) {
     *out = NULL;
@@ -120,9 +115,9 @@ mf_status mf_bench_time(mf_bench_timer *t, mf_bench_fn fn, void *arg, bool flush
         return MF_OK;
 #endif
     }
-    double t0 = now_s();
+    double t0 = mf_cli_now();
     MF_TRY(fn(arg));
-    *us = 1e6 * (now_s() - t0);
+    *us = 1e6 * (mf_cli_now() - t0);
     return MF_OK;
 }
 

@@ -12,11 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_args.h"
-#include "cmd_generate.h"
+#include "cli.h"
 #include "minfer/generate.h"
-#include "minfer/minfer.h"
-#include "minfer/model.h"
 
 static void help(FILE *f) {
     fprintf(f,
