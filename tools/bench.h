@@ -88,12 +88,51 @@ mf_args_result mf_bench_parse(const mf_bench_def *d, int argc, char **argv, void
 // The benches' lines of `minfer --help` ("  bench softmax   <about>").
 void mf_bench_list(FILE *f);
 
-// For a bench with a session (bench_util.h): opens it (mf_bench_open) and
-// sets the shared options not given to d's defaults. 0, or 1 after a message.
+// ---- the session of an op bench ---------------------------------------------------------
+// What an op bench opens first (mf_bench_begin): the backend, its result table, the timer
+// with an L2 flush buffer (256 MB on CUDA, cpu_flush bytes on the CPU), the
+// provenance (device, commit, UTC date) and the ceilings its figures are
+// quoted against, measured before the first case:
+//   copy: device-to-device copy of 1 GiB (CPU: memcpy of 128 MiB), GB/s
+//         counting bytes read plus bytes written, median of 20 (CPU 5);
+//   gemm: when asked, a square GEMM through mf_gemm (CUDA: bf16 8192^3,
+//         cuBLASLt; CPU: f32 1024^3, OpenBLAS), TFLOP/s, median of 20 (CPU 3).
+// The table has the bench's ncols columns `names`, then the session's:
+// device, commit, date, copy_GB/s, gemm_TFLOP/s (gemm "-" when not
+// measured); the markdown table shows none of those (a "# ..." line above
+// it does), CSV and JSON keep them all.
+typedef struct {
+    const char *what;     // "attention": names the bench in messages
+    mf_backend *be;
+    mf_bench_timer *timer;
+    mf_bench_table *tab;
+    bool cuda;            // be runs on CUDA
+    int ncols;            // the bench's own columns (the table has 5 more)
+    char device[160];     // mf_bench_device_name
+    char date[32];        // UTC, ISO 8601
+    double copy_gbps;     // the copy ceiling
+    double gemm_tflops;   // the GEMM ceiling; NAN when not measured
+    char gemm_shape[48];  // "bf16 8192x8192x8192" (empty when not measured)
+} mf_bench_session;
+
+// Opens the session of bench d on c->backend and sets the shared options not
+// given (warmup, iters, max_mb) to d's defaults. 0, or 1 after printing
+// "minfer bench <name>: <why>" with nothing left open.
 int mf_bench_begin(mf_bench_session *b, const mf_bench_def *d, mf_bench_common_opts *c, size_t cpu_flush, bool gemm,
                    int ncols, const char *const *names);
-// Names st's error on stderr unless MF_OK, prints the results (mf_bench_report)
-// and closes the session. The exit status: 0, or 1 after an error.
+
+// Appends a row: the bench's ncols cells, then the session's own. False on OOM.
+bool mf_bench_add_row(mf_bench_session *b, const char *const *cells);
+
+// One progress line on stderr: "minfer bench <what>: [i/n] <message>".
+void mf_bench_progress(const mf_bench_session *b, int i, int n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+// Names st's error on stderr unless MF_OK; prints the results on stdout in
+// c->fmt (table: after one "# ..." line naming the device, commit, date,
+// ceilings, iterations and `note`) and as CSV / JSON into c->csv / c->json
+// (NULL: skipped); closes the session. The exit status: 0, or 1 after an
+// error or a file that could not be written (named on stderr).
 int mf_bench_end(mf_bench_session *b, mf_status st, const mf_bench_common_opts *c, const char *note);
 
 // ---- the benches' own options (parsed in their files; checked by fuzz/fuzz_cli.c) ------------

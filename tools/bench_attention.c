@@ -320,23 +320,16 @@ static int at_run(void *opts) {
 
 static mf_args_result at_option(void *opts, const char *a, const char *v, char *err) {
     at_opts *o = opts;
-    if (!strcmp(a, "--cases"))
-        return mf_args_either(v, "prefill", "decode", "all", &o->prefill, &o->decode)
-                   ? MF_ARGS_OK
-                   : mf_args_bad(err, "--cases %.80s: not prefill, decode or all", v);
-    if (!strcmp(a, "--mask"))
-        return mf_args_either(v, "causal", "none", "both", &o->causal, &o->noncausal)
-                   ? MF_ARGS_OK
-                   : mf_args_bad(err, "--mask %.80s: not causal, none or both", v);
+    if (!strcmp(a, "--cases")) return mf_args_either(a, v, "prefill", "decode", "all", &o->prefill, &o->decode, err);
+    if (!strcmp(a, "--mask")) return mf_args_either(a, v, "causal", "none", "both", &o->causal, &o->noncausal, err);
     return mf_args_int32(a, v, 0, 256, &o->num_splits, err); // --num-splits
 }
 
 const mf_bench_def mf_bench_attention = {
-    .name = "attention",
+    .name = "attention", .opts_size = sizeof(at_opts),
     .about = "mf_attention prefill (TFLOP/s, % of a GEMM) and decode over a KV cache (GB/s, % of copy)",
     .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_DTYPE | MF_BENCH_OPT_FULL | MF_BENCH_OPT_MAX_MB |
               MF_BENCH_OPT_NO_GEMM,
-    .opts_size = sizeof(at_opts),
     .defaults = &(const at_opts){.prefill = true, .decode = true, .causal = true, .noncausal = true},
     .lists = (const mf_bench_list_opt[]){{"--batch", 1, INT32_MAX, offsetof(at_opts, batch)},
                                          {"--seq", 1, INT32_MAX, offsetof(at_opts, seq)},
@@ -345,10 +338,6 @@ const mf_bench_def mf_bench_attention = {
                                          {"--head-dim", 1, 65535, offsetof(at_opts, head_dim)},
                                          {NULL, 0, 0, 0}},
     .valued = (const char *const[]){"--cases", "--mask", "--num-splits", NULL},
-    .option = at_option,
-    .help = at_help,
-    .run = at_run,
-    .warmup = {1, 10},
-    .iters = {3, 50},
-    .max_mb = {512, 600},
+    .option = at_option, .help = at_help, .run = at_run,
+    .warmup = {1, 10}, .iters = {3, 50}, .max_mb = {512, 600},
 };

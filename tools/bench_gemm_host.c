@@ -160,13 +160,10 @@ static mf_args_result gh_option(void *opts, const char *a, const char *v, char *
 }
 
 const mf_bench_def mf_bench_gemm_host = {
-    .name = "gemm-host",
+    .name = "gemm-host", .opts_size = sizeof(mf_bench_gemm_host_opts),
     .about = "host microseconds per GEMM call (CUDA: plan cache off vs on)",
     .common = MF_BENCH_OPT_BACKEND | MF_BENCH_OPT_CSV,
-    .opts_size = sizeof(mf_bench_gemm_host_opts),
     .defaults = &(const mf_bench_gemm_host_opts){.m = 1, .reps = 50},
     .valued = (const char *const[]){"--m", "--reps", NULL},
-    .option = gh_option,
-    .help = gh_help,
-    .run = gh_run,
+    .option = gh_option, .help = gh_help, .run = gh_run,
 };

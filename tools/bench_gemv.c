@@ -211,14 +211,10 @@ static mf_args_result gv_option(void *opts, const char *a, const char *v, char *
 }
 
 const mf_bench_def mf_bench_gemv = {
-    .name = "gemv",
+    .name = "gemv", .opts_size = sizeof(mf_bench_gemv_opts),
     .about = "decode GEMMs (m = 1..8): cuBLASLt vs our gemv kernel, GB/s and % of copy bandwidth",
     .common = MF_BENCH_OPT_SESSION,
-    .opts_size = sizeof(mf_bench_gemv_opts),
     .valued = (const char *const[]){"--m", NULL},
-    .option = gv_option,
-    .help = gv_help,
-    .run = gv_run,
-    .warmup = {1, 10},
-    .iters = {3, 50},
+    .option = gv_option, .help = gv_help, .run = gv_run,
+    .warmup = {1, 10}, .iters = {3, 50},
 };

@@ -377,14 +377,8 @@ static int moe_run(void *opts) {
 
 static mf_args_result moe_option(void *opts, const char *a, const char *v, char *err) {
     moe_opts *o = opts;
-    if (!strcmp(a, "--mode"))
-        return mf_args_either(v, "prefill", "decode", "all", &o->prefill, &o->decode)
-                   ? MF_ARGS_OK
-                   : mf_args_bad(err, "--mode %.80s: not prefill, decode or all", v);
-    if (!strcmp(a, "--routing"))
-        return mf_args_either(v, "even", "zipf", "both", &o->even, &o->zipf)
-                   ? MF_ARGS_OK
-                   : mf_args_bad(err, "--routing %.80s: not even, zipf or both", v);
+    if (!strcmp(a, "--mode")) return mf_args_either(a, v, "prefill", "decode", "all", &o->prefill, &o->decode, err);
+    if (!strcmp(a, "--routing")) return mf_args_either(a, v, "even", "zipf", "both", &o->even, &o->zipf, err);
     return mf_args_int(a, v, 1, 65536, &o->seq, err); // --seq
 }
 
@@ -396,11 +390,10 @@ static mf_args_result moe_check(void *opts, char *err) {
 }
 
 const mf_bench_def mf_bench_moe = {
-    .name = "moe",
+    .name = "moe", .opts_size = sizeof(moe_opts),
     .about = "the MoE layer by parts (router, permute, experts, combine), even and Zipf routing",
     .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_DTYPE | MF_BENCH_OPT_FULL | MF_BENCH_OPT_MAX_MB |
               MF_BENCH_OPT_NO_GEMM,
-    .opts_size = sizeof(moe_opts),
     .defaults = &(const moe_opts){.prefill = true, .decode = true, .even = true, .zipf = true, .seq = -1},
     .lists = (const mf_bench_list_opt[]){{"--experts", 1, 256, offsetof(moe_opts, experts)},
                                          {"--top-k", 1, 256, offsetof(moe_opts, top_k)},
@@ -408,11 +401,6 @@ const mf_bench_def mf_bench_moe = {
                                          {"--batch", 1, 65536, offsetof(moe_opts, batch)},
                                          {NULL, 0, 0, 0}},
     .valued = (const char *const[]){"--mode", "--routing", "--seq", NULL},
-    .option = moe_option,
-    .check = moe_check,
-    .help = moe_help,
-    .run = moe_run,
-    .warmup = {1, 5},
-    .iters = {3, 20},
-    .max_mb = {2048, 600},
+    .option = moe_option, .check = moe_check, .help = moe_help, .run = moe_run,
+    .warmup = {1, 5}, .iters = {3, 20}, .max_mb = {2048, 600},
 };

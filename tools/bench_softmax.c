@@ -282,15 +282,10 @@ static int sm_run(void *opts) {
 static mf_args_result sm_option(void *opts, const char *a, const char *v, char *err) {
     sm_opts *o = opts;
     if (!strcmp(a, "--scale")) return mf_args_float(a, v, -INFINITY, INFINITY, &o->scale, err);
-    if (!strcmp(a, "--variant"))
-        return mf_args_either(v, "fused", "unfused", "both", &o->fused, &o->unfused)
-                   ? MF_ARGS_OK
-                   : mf_args_bad(err, "--variant %.80s: not fused, unfused or both", v);
+    if (!strcmp(a, "--variant")) return mf_args_either(a, v, "fused", "unfused", "both", &o->fused, &o->unfused, err);
     if (!strcmp(a, "--cases")) {
         o->cases_given = true;
-        return mf_args_either(v, "grid", "sweep", "all", &o->grid, &o->sweep)
-                   ? MF_ARGS_OK
-                   : mf_args_bad(err, "--cases %.80s: not grid, sweep or all", v);
+        return mf_args_either(a, v, "grid", "sweep", "all", &o->grid, &o->sweep, err);
     }
     if (strcmp(v, "causal") && strcmp(v, "none")) return mf_args_bad(err, "--mask %.80s: not causal or none", v);
     o->causal = !strcmp(v, "causal");
@@ -307,10 +302,9 @@ static mf_args_result sm_check(void *opts, char *err) {
 }
 
 const mf_bench_def mf_bench_softmax = {
-    .name = "softmax",
+    .name = "softmax", .opts_size = sizeof(sm_opts),
     .about = "fused scale + mask + softmax vs the unfused chain: us, GB/s, % of copy bandwidth",
     .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_DTYPE | MF_BENCH_OPT_FULL | MF_BENCH_OPT_MAX_MB,
-    .opts_size = sizeof(sm_opts),
     .defaults = &(const sm_opts){.fused = true, .unfused = true, .grid = true, .sweep = true, .causal = true,
                                  .scale = 0.125f},
     .lists = (const mf_bench_list_opt[]){{"--batch", 1, INT32_MAX, offsetof(sm_opts, batch)},
@@ -318,11 +312,6 @@ const mf_bench_def mf_bench_softmax = {
                                          {"--seq", 1, INT32_MAX, offsetof(sm_opts, seq)},
                                          {NULL, 0, 0, 0}},
     .valued = (const char *const[]){"--scale", "--variant", "--cases", "--mask", NULL},
-    .option = sm_option,
-    .check = sm_check,
-    .help = sm_help,
-    .run = sm_run,
-    .warmup = {1, 10},
-    .iters = {5, 50},
-    .max_mb = {1024, 300},
+    .option = sm_option, .check = sm_check, .help = sm_help, .run = sm_run,
+    .warmup = {1, 10}, .iters = {5, 50}, .max_mb = {1024, 300},
 };

@@ -256,20 +256,15 @@ static mf_args_result tk_option(void *opts, const char *a, const char *v, char *
 }
 
 const mf_bench_def mf_bench_topk = {
-    .name = "topk",
+    .name = "topk", .opts_size = sizeof(tk_opts),
     .about = "device top-k / top-p candidates (mf_topk) per row of logits: us, GB/s, bytes to the host",
-    .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_FULL,
-    .full_with_lists = true,
-    .opts_size = sizeof(tk_opts),
+    .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_FULL, .full_with_lists = true, // --full: more unlisted values
     .defaults = &(const tk_opts){.dts = {MF_DTYPE_F32}, .n_dt = 1, .scale = 1.0f},
     .lists = (const mf_bench_list_opt[]){{"--vocab", 1, INT32_MAX, offsetof(tk_opts, vocab)},
                                          {"--batch", 1, INT32_MAX, offsetof(tk_opts, batch)},
                                          {"--k", 1, MF_TOPK_MAX, offsetof(tk_opts, k)},
                                          {NULL, 0, 0, 0}},
     .valued = (const char *const[]){"--scale", "--dtype", NULL},
-    .option = tk_option,
-    .help = tk_help,
-    .run = tk_run,
-    .warmup = {1, 10},
-    .iters = {5, 50},
+    .option = tk_option, .help = tk_help, .run = tk_run,
+    .warmup = {1, 10}, .iters = {5, 50},
 };

@@ -1,11 +1,27 @@
 // What the commands share (tools/cli.h).
+#include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
 
 #include "cli.h"
 
-int mf_cli_fail(const char *what) {
-    fprintf(stderr, "minfer: error: %s%s%s\n", what ? what : "", what ? ": " : "", mf_last_error());
+int mf_cli_parsed(mf_args_result r, const char *cmd, const char *err, void (*help)(FILE *f)) {
+    if (r == MF_ARGS_OK) return -1;
+    if (r == MF_ARGS_HELP) {
+        help(stdout);
+        return 0;
+    }
+    fprintf(stderr, "minfer: error: %s: %s\n", cmd, err);
+    return 2;
+}
+
+int mf_cli_fail(const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "minfer: error: %s: %s\n", what, mf_last_error());
     return 1;
 }
 
@@ -22,7 +38,7 @@ int mf_cli_open_model(const mf_model_args *o, bool verbose, mf_backend **be, mf_
     mf_status s = o->synthetic ? mf_model_synthetic(o->synthetic, o->seed, *be, &mo, m)
                                : mf_model_load(o->dir, *be, &mo, m);
     if (s != MF_OK) {
-        mf_cli_fail(o->synthetic ? "synthetic model" : o->dir);
+        mf_cli_fail("%s", o->synthetic ? "synthetic model" : o->dir);
         mf_backend_free(*be);
         *be = NULL;
         return 1;

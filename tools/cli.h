@@ -7,6 +7,7 @@
 #define MF_TOOLS_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "cli_args.h"
 #include "minfer/minfer.h"
@@ -17,8 +18,12 @@ int mf_cmd_score(int argc, char **argv);    // cmd_score.c:    minfer score -m D
 int mf_cmd_info(int argc, char **argv);     // cmd_info.c:     minfer info [-m DIR | --synthetic PRESET ...]
 int mf_cmd_bench(int argc, char **argv);    // bench.c:        minfer bench [NAME] [options]
 
-// "minfer: error: WHAT: <mf_last_error()>" on stderr (WHAT NULL: left out); returns 1.
-int mf_cli_fail(const char *what);
+// After parsing the options of command `cmd`: -1 when the command is to run;
+// else it is done, and this is the exit status: 0 after printing its help
+// (MF_ARGS_HELP), 2 after the error line "minfer: error: CMD: ERR" (MF_ARGS_BAD).
+int mf_cli_parsed(mf_args_result r, const char *cmd, const char *err, void (*help)(FILE *f));
+// "minfer: error: WHAT: <mf_last_error()>" on stderr (WHAT formatted as printf); returns 1.
+int mf_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // The monotonic clock, in seconds.
 double mf_cli_now(void);
 // The backend and the model (a checkpoint or a synthetic preset) that the model

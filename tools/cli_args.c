@@ -146,10 +146,12 @@ mf_args_result mf_args_list(const char *flag, const char *s, int64_t lo, int64_t
     return MF_ARGS_OK;
 }
 
-bool mf_args_either(const char *v, const char *x, const char *y, const char *both, bool *want_x, bool *want_y) {
-    if (strcmp(v, x) && strcmp(v, y) && strcmp(v, both)) return false;
+mf_args_result mf_args_either(const char *flag, const char *v, const char *x, const char *y, const char *both,
+                              bool *want_x, bool *want_y, char *err) {
+    if (strcmp(v, x) && strcmp(v, y) && strcmp(v, both))
+        return mf_args_bad(err, "%s %.80s: not %s, %s or %s", flag, v, x, y, both);
     *want_x = strcmp(v, y) != 0, *want_y = strcmp(v, x) != 0;
-    return true;
+    return MF_ARGS_OK;
 }
 
 // ---- generate ----------------------------------------------------------------------------------

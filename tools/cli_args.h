@@ -107,8 +107,9 @@ mf_args_result mf_args_list(const char *flag, const char *s, int64_t lo, int64_t
 bool mf_args_dtype(const char *s, mf_dtype *dt);          // bf16, f16 or f32
 bool mf_args_format(const char *s, mf_bench_format *f);   // table, csv or json
 bool mf_args_backend_ok(const char *s);                   // auto, cpu or cuda
-// v is x, y or both: *want_x and *want_y say which; false when v is none of them.
-bool mf_args_either(const char *v, const char *x, const char *y, const char *both, bool *want_x, bool *want_y);
+// v is x, y or both: *want_x and *want_y say which ("FLAG V: not X, Y or BOTH" when none).
+mf_args_result mf_args_either(const char *flag, const char *v, const char *x, const char *y, const char *both,
+                              bool *want_x, bool *want_y, char *err);
 
 // The model options: those that take a value, and those that take none.
 #define MF_ARGS_MODEL_VALUED "-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn", "--topk"

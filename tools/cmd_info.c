@@ -34,15 +34,8 @@ int mf_cmd_info(int argc, char **argv) {
     if (argc == 0) return backends();
     mf_info_opts io;
     char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_info_args(argc, argv, &io, err);
-    if (ar == MF_ARGS_HELP) {
-        info_help(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: info: %s\n", err);
-        return 2;
-    }
+    const int done = mf_cli_parsed(mf_parse_info_args(argc, argv, &io, err), "info", err, info_help);
+    if (done >= 0) return done;
     const mf_model_args mo = io.model;
     const int64_t batch = io.batch;
     int64_t seq = io.seq;

@@ -50,15 +50,8 @@ static void score_help(FILE *f) {
 int mf_cmd_score(int argc, char **argv) {
     mf_score_opts so;
     char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_score_args(argc, argv, &so, err);
-    if (ar == MF_ARGS_HELP) {
-        score_help(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: score: %s\n", err);
-        return 2;
-    }
+    const int done = mf_cli_parsed(mf_parse_score_args(argc, argv, &so, err), "score", err, score_help);
+    if (done >= 0) return done;
     const mf_model_args mo = so.model;
     const char *text = so.text, *out = so.logits_out;
     const int bos = so.bos; // -1: the tokenizer's default

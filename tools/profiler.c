@@ -143,26 +143,30 @@ static int cmp_entry(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+// One row: id, phase, name, calls (< 0: "-", and no time per call), ms, % of
+// the ops' time, us per call, kind, then the stamp.
+static void add_row(mf_bench_table *t, const char *id, const char *phase, const char *name, int64_t calls, double us,
+                    double pct, const char *kind, const char *const stamp[3]) {
+    char c[4][32];
+    snprintf(c[0], 32, "%lld", (long long)calls);
+    snprintf(c[1], 32, "%.3f", us / 1e3);
+    snprintf(c[2], 32, "%.1f", pct);
+    snprintf(c[3], 32, "%.2f", calls > 0 ? us / (double)calls : 0.0);
+    if (calls < 0) snprintf(c[0], 32, "-"), snprintf(c[3], 32, "-");
+    const char *cells[11] = {id, phase, name, c[0], c[1], c[2], c[3], kind, stamp[0], stamp[1], stamp[2]};
+    mf_bench_table_add(t, cells);
+}
+
 int64_t mf_profiler_rows(mf_profiler *p, const char *phase, double wall_us, mf_bench_table *t, const char *bench_id,
                          const char *const stamp[3]) {
     prof_collect(p);
     qsort(p->e, (size_t)p->n, sizeof p->e[0], cmp_entry);
     double sum = 0;
     for (int i = 0; i < p->n; i++) sum += p->e[i].us;
-    char c[8][64];
-    const char *cells[11];
-    for (int k = 0; k < 8; k++) cells[k] = c[k];
-    for (int k = 0; k < 3; k++) cells[8 + k] = stamp[k];
+    char name[64];
     for (int i = 0; i < p->n; i++) {
-        snprintf(c[0], 64, "%s", bench_id);
-        snprintf(c[1], 64, "%s", phase);
-        snprintf(c[2], 64, "%s:%s", p->e[i].op, p->e[i].what);
-        snprintf(c[3], 64, "%lld", (long long)p->e[i].calls);
-        snprintf(c[4], 64, "%.3f", p->e[i].us / 1e3);
-        snprintf(c[5], 64, "%.1f", 100.0 * p->e[i].us / sum);
-        snprintf(c[6], 64, "%.2f", p->e[i].calls ? p->e[i].us / (double)p->e[i].calls : 0.0);
-        snprintf(c[7], 64, "op");
-        mf_bench_table_add(t, cells);
+        snprintf(name, sizeof name, "%s:%s", p->e[i].op, p->e[i].what);
+        add_row(t, bench_id, phase, name, p->e[i].calls, p->e[i].us, 100.0 * p->e[i].us / sum, "op", stamp);
     }
     // families
     const char *fam[16];
@@ -176,22 +180,10 @@ int64_t mf_profiler_rows(mf_profiler *p, const char *phase, double wall_us, mf_b
         if (f < 16) fus[f] += p->e[i].us, fcalls[f] += p->e[i].calls;
     }
     for (int f = 0; f < nf; f++) {
-        snprintf(c[0], 64, "%s", bench_id);
-        snprintf(c[1], 64, "%s", phase);
-        snprintf(c[2], 64, "%s (all)", fam[f]);
-        snprintf(c[3], 64, "%lld", (long long)fcalls[f]);
-        snprintf(c[4], 64, "%.3f", fus[f] / 1e3);
-        snprintf(c[5], 64, "%.1f", 100.0 * fus[f] / sum);
-        snprintf(c[6], 64, "%.2f", fcalls[f] ? fus[f] / (double)fcalls[f] : 0.0);
-        snprintf(c[7], 64, "family");
-        mf_bench_table_add(t, cells);
+        snprintf(name, sizeof name, "%s (all)", fam[f]);
+        add_row(t, bench_id, phase, name, fcalls[f], fus[f], 100.0 * fus[f] / sum, "family", stamp);
     }
-    snprintf(c[2], 64, "ops total (outside: %.3f ms of %.3f ms wall)", (wall_us - sum) / 1e3, wall_us / 1e3);
-    snprintf(c[3], 64, "-");
-    snprintf(c[4], 64, "%.3f", sum / 1e3);
-    snprintf(c[5], 64, "100.0");
-    snprintf(c[6], 64, "-");
-    snprintf(c[7], 64, "total");
-    mf_bench_table_add(t, cells);
+    snprintf(name, sizeof name, "ops total (outside: %.3f ms of %.3f ms wall)", (wall_us - sum) / 1e3, wall_us / 1e3);
+    add_row(t, bench_id, phase, name, -1, sum, 100.0, "total", stamp);
     return p->dropped;
 }
