@@ -1,5 +1,5 @@
 // CPU strided copy / cast (mf_copy) over the collapsed geometry of
-// src/ops/copy_geom.h: one row of the innermost dim per OpenMP iteration.
+// src/kernels/copy_geom.h: one row of the innermost dim per OpenMP iteration.
 // Same dtype (i32 included): the bytes move unchanged (memcpy of whole rows
 // when both sides are contiguous along them; NaN payloads and -0 survive).
 // Otherwise f32/f16/bf16 go through f32: widening is exact, so a narrowing
@@ -9,7 +9,7 @@
 #include "cpu/cpu.h"
 #include "cpu/v8.h"
 #include "cpu/vmath.h"
-#include "ops/copy_geom.h"
+#include "kernels/copy_geom.h"
 
 void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n) {
     if (dt == MF_DTYPE_F32)

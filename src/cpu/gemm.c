@@ -12,7 +12,7 @@
 #include "cpu/cpu.h"
 #include "cpu/skinny.h"
 #include "cpu/vmath.h"
-#include "ops/check.h"
+#include "kernels/mat_layout.h"
 
 // ---- skinny GEMM: m <= 8 rows of a (decode steps) ------------------------------------
 // OpenBLAS's sgemm packs b on every call: at m = 2..8 it streamed a weight at

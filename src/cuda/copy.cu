@@ -1,5 +1,5 @@
 // Strided copy / cast (mf_copy) on CUDA, over the collapsed geometry of
-// src/ops/copy_geom.h (size-1 dims dropped, dims contiguous with each other
+// src/kernels/copy_geom.h (size-1 dims dropped, dims contiguous with each other
 // in both views merged). Three paths, picked in mf_cuda_copy:
 //   memcpy   same dtype and one contiguous block on both sides: cudaMemcpyAsync.
 //   rows     unit stride along the innermost dim on both sides (KV-cache
@@ -18,7 +18,7 @@
 // Otherwise f32/f16/bf16 go through f32 (exact) and are stored with
 // round-to-nearest-even.
 #include "cuda/common.cuh"
-#include "ops/copy_geom.h"
+#include "kernels/copy_geom.h"
 
 namespace {
 

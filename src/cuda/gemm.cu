@@ -50,7 +50,7 @@
 #include "core/alloc.h"
 #include "cuda/common.cuh"
 #include "cuda/gemv.cuh"
-#include "ops/check.h"
+#include "kernels/mat_layout.h"
 #include "ops/gemm_plan.h"
 
 namespace {

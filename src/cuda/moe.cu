@@ -26,7 +26,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/moe_gemm.cuh"
-#include "ops/act_math.h"
+#include "kernels/act_math.h"
 #include "ops/moe_loop.h"
 
 namespace {

@@ -1,4 +1,5 @@
 // mf_gemm: argument validation, then the backend's GEMM.
+#include "kernels/mat_layout.h"
 #include "ops/check.h"
 #include "ops/overlap.h"
 

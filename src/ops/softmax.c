@@ -3,7 +3,7 @@
 
 #include "ops/check.h"
 #include "ops/overlap.h"
-#include "ops/softmax_geom.h"
+#include "kernels/softmax_geom.h"
 
 static const char *dim_name(int nd, int d) {
     static const char *n4[4] = {"batch", "heads", "q_len", "k_len"};

@@ -4,8 +4,8 @@
 // KV-cache write of a (T, KVH, D) block becomes T rows of KVH * D elements and
 // a contiguous copy becomes one row. Dims keep their order (the last is the
 // innermost in dst's logical order). Plain C, also compiled as CUDA C++.
-#ifndef MF_OPS_COPY_GEOM_H
-#define MF_OPS_COPY_GEOM_H
+#ifndef MF_KERNELS_COPY_GEOM_H
+#define MF_KERNELS_COPY_GEOM_H
 
 #include <stdint.h>
 
@@ -54,4 +54,4 @@ static inline bool mf_copy_rows_contiguous(const mf_copy_geom *g) {
     return g->ss[g->ndim - 1] == 1 && g->ds[g->ndim - 1] == 1;
 }
 
-#endif // MF_OPS_COPY_GEOM_H
+#endif // MF_KERNELS_COPY_GEOM_H

@@ -11,8 +11,8 @@
 //                  (erfc keeps its relative accuracy in the left tail; the
 //                  0.5 goes on erfc so that x * 2 never overflows).
 // Precise expf / erfcf on both sides (no __expf): they agree to a few ulp.
-#ifndef MF_OPS_ACT_MATH_H
-#define MF_OPS_ACT_MATH_H
+#ifndef MF_KERNELS_ACT_MATH_H
+#define MF_KERNELS_ACT_MATH_H
 
 #include <math.h>
 
@@ -36,4 +36,4 @@ MF_ACT_FN float mf_act_apply(int kind, float x) {
     return x * (0.5f * erfcf(-0.70710678118654752f * x));
 }
 
-#endif // MF_OPS_ACT_MATH_H
+#endif // MF_KERNELS_ACT_MATH_H

@@ -6,8 +6,8 @@
 // Strides of size-1 dims are set to 0 (they are never multiplied by a non-zero
 // index), so a broadcast bias dim is simply a stride-0 dim.
 // Plain C, also compiled as CUDA C++.
-#ifndef MF_OPS_SOFTMAX_GEOM_H
-#define MF_OPS_SOFTMAX_GEOM_H
+#ifndef MF_KERNELS_SOFTMAX_GEOM_H
+#define MF_KERNELS_SOFTMAX_GEOM_H
 
 #include <stdint.h>
 
@@ -89,4 +89,4 @@ int mf_cuda_softmax_clusters(mf_backend *be, int bias_along_keys, int *cc);
 #endif
 #endif
 
-#endif // MF_OPS_SOFTMAX_GEOM_H
+#endif // MF_KERNELS_SOFTMAX_GEOM_H
