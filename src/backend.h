@@ -60,9 +60,14 @@ struct mf_backend {
     // Whether moe_experts with these (validated) args queues no host read-back
     // or sync, so that a graph can record it (NULL: never; the generic loop reads
     // the offsets back).
+    // At most MF_MOE_DECODE_MAX_ROWS routed rows (assignments T * top_k) take
+    // such a path on CUDA (its decode kernels, src/cuda/moe.cu): 32 = a decode
+    // batch of 16 x top-2 (derivation: docs/notes/moe.md).
     bool (*moe_experts_capturable)(mf_backend *be, const mf_moe_experts_args *args);
     mf_status (*moe_combine)(mf_backend *be, const mf_moe_combine_args *args);
 };
+
+#define MF_MOE_DECODE_MAX_ROWS 32
 
 mf_status mf_backend_cpu_create(mf_backend **out);
 

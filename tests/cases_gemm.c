@@ -46,7 +46,7 @@
 
 #include "harness.h"
 #ifdef MF_HAVE_CUDA
-#include "ops/gemm_plan.h"
+#include "cuda/cuda_query.h"
 #endif
 
 typedef enum { BC_NONE, BC_A1, BC_B1, BC_B0 } gemm_bcast; // a batch 1, b batch 1, b batch stride 0

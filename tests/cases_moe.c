@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "cuda/cuda_query.h"
 #include "ops/moe_loop.h"
 
 static const double kU32 = 0x1.0p-24;

@@ -22,7 +22,7 @@
 #include "bench_util.h"
 #include "cli_args.h"
 #include "core/error.h"
-#include "ops/attention_cuda.h"
+#include "cuda/cuda_query.h"
 
 typedef mf_bench_attention_opts at_opts; // parsed by mf_parse_bench_attention_args (cli_args.c)
 

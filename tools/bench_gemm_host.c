@@ -14,7 +14,7 @@
 #include "bench_util.h"
 #include "minfer/minfer.h"
 #ifdef MF_HAVE_CUDA
-#include "ops/gemm_plan.h"
+#include "cuda/cuda_query.h"
 #endif
 
 enum { kBurst = 32 };

@@ -35,7 +35,7 @@
 #include "cli_args.h"
 #include "core/error.h"
 #ifdef MF_HAVE_CUDA
-#include "ops/moe_loop.h"
+#include "cuda/cuda_query.h"
 #endif
 
 typedef mf_bench_moe_opts moe_opts; // parsed by mf_parse_bench_moe_args (cli_args.c)

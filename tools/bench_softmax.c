@@ -14,7 +14,7 @@
 #include "bench_util.h"
 #include "cli_args.h"
 #include "core/error.h"
-#include "kernels/softmax_geom.h"
+#include "cuda/cuda_query.h"
 #ifdef MF_HAVE_CUDA
 #include <cuda_runtime_api.h>
 

@@ -51,7 +51,7 @@
 #include "cuda/common.cuh"
 #include "cuda/gemv.cuh"
 #include "kernels/mat_layout.h"
-#include "ops/gemm_plan.h"
+#include "cuda/cuda_query.h"
 
 namespace {
 

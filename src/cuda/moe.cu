@@ -27,6 +27,7 @@
 #include "cuda/common.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "kernels/act_math.h"
+#include "cuda/cuda_query.h"
 #include "ops/moe_loop.h"
 
 namespace {

@@ -47,6 +47,7 @@
 
 #include "core/alloc.h"
 #include "cuda/common.cuh"
+#include "cuda/cuda_query.h"
 #include "kernels/softmax_geom.h"
 
 namespace cg = cooperative_groups;

@@ -70,23 +70,4 @@ static inline int64_t mf_softmax_limit(const mf_softmax_geom *g, int causal, int
     return lim < 0 ? 0 : lim;
 }
 
-#ifdef MF_HAVE_CUDA
-#ifdef __cplusplus
-extern "C" {
-#endif
-// src/cuda/softmax.cu: the kernel variant mf_softmax would run for these
-// validated arguments ("rows", "cluster", "online", "split", "generic"),
-// or NULL with the reason in mf_last_error() when unsupported. For benchmarks.
-const char *mf_cuda_softmax_variant(mf_backend *be, const mf_softmax_args *args);
-// The most blocks of a thread-block cluster the softmax can spread one row
-// over on this backend's GPU (1: no clusters: before sm_90, a kernel image
-// without sm_90 code, or none fits), for rows with / without a bias along
-// keys; *cc (if not NULL) gets the compute capability as 10 major + minor.
-// For tests and benchmarks.
-int mf_cuda_softmax_clusters(mf_backend *be, int bias_along_keys, int *cc);
-#ifdef __cplusplus
-}
-#endif
-#endif
-
 #endif // MF_KERNELS_SOFTMAX_GEOM_H
