@@ -52,8 +52,9 @@ struct mf_backend {
 
     mf_status (*argmax)(mf_backend *be, const mf_argmax_args *args);
     mf_status (*topk)(mf_backend *be, const mf_topk_args *args);
-    // MoE parts (mf_moe composes them in src/ops/moe.c); moe_experts NULL: the
-    // generic loop of be->gemm / be->act per expert in src/ops/moe.c
+    // MoE parts (mf_moe composes them in src/ops/moe.c); moe_experts NULL, or
+    // returning MF_ERR_UNSUPPORTED (it declines these shapes): src/ops/moe.c
+    // runs its generic loop of mf_gemm / mf_act per expert
     mf_status (*moe_router)(mf_backend *be, const mf_moe_router_args *args);
     mf_status (*moe_permute)(mf_backend *be, const mf_moe_permute_args *args);
     mf_status (*moe_experts)(mf_backend *be, const mf_moe_experts_args *args);

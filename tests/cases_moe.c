@@ -27,7 +27,7 @@
 
 #include "harness.h"
 #include "cuda/cuda_query.h"
-#include "ops/moe_loop.h"
+#include "ops/moe.h"
 
 static const double kU32 = 0x1.0p-24;
 static const char *const score_names[] = {"softmax", "sigmoid"};

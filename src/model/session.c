@@ -11,7 +11,7 @@
 #include "backend.h"
 #include "core/error.h"
 #include "model/session.h"
-#include "ops/moe_loop.h"
+#include "ops/moe.h"
 
 enum {
     kMaxStepTokens = 8192,  // token rows per step: bounds the activations (longer inputs are split)

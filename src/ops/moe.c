@@ -3,14 +3,16 @@
 // caller-provided scratch. The expert FFNs are a loop over the non-empty
 // experts of mf_gemm / mf_act calls on their rows (OpenBLAS on the CPU,
 // cuBLASLt on CUDA) unless the backend's moe_experts entry takes them (CUDA:
-// the small-batch decode kernels, or the grouped GEMM).
+// the small-batch decode kernels, or the grouped GEMM); an entry declines
+// with MF_ERR_UNSUPPORTED and the loop here runs.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/moe_offsets.h"
 #include "ops/check.h"
-#include "ops/moe_loop.h"
+#include "ops/moe.h"
 #include "ops/overlap.h"
 
 #define MOE_MAX_EXPERTS 256
@@ -248,27 +250,27 @@ static mf_status experts_check(const mf_backend *be, const mf_moe_experts_args *
     return MF_OK;
 }
 
-mf_status mf_moe_host_offsets(mf_backend *be, const mf_moe_experts_args *p, int32_t *buf, const int32_t **out) {
-    const int64_t E = p->offsets.shape[0] - 1, N = p->x.shape[0];
+// The E + 1 offsets on the host (p->host_offsets, or read back into buf: one
+// sync on CUDA), checked against the rows of x.
+static mf_status host_offsets(mf_backend *be, const mf_moe_experts_args *p, int32_t *buf, const int32_t **out) {
+    const int64_t E = p->offsets.shape[0] - 1;
     const int32_t *o = p->host_offsets;
-    if (!o) { // one read-back (a sync on CUDA) sizes the per-expert GEMMs
+    if (!o) { // one read-back sizes the per-expert GEMMs
         MF_TRY(mf_backend_copy(be, buf, p->offsets.data, (size_t)(E + 1) * sizeof(int32_t), MF_COPY_D2H));
         o = buf;
     }
-    if (o[0] < 0 || o[E] > N)
-        return mf_fail(MF_ERR_INVALID_ARG, "moe_experts: offsets [%d, %d] outside the %lld rows of x", o[0], o[E], (ll)N);
-    for (int64_t e = 0; e < E; e++)
-        if (o[e + 1] < o[e])
-            return mf_fail(MF_ERR_INVALID_ARG, "moe_experts: offsets decrease at expert %lld (%d > %d)", (ll)e, o[e],
-                           o[e + 1]);
+    MF_TRY(mf_moe_offsets_check(o, E, p->x.shape[0]));
     *out = o;
     return MF_OK;
 }
 
-mf_status mf_moe_experts_loop(mf_backend *be, const mf_moe_experts_args *p) {
+// The generic expert FFNs, for backends whose moe_experts entry declines (or
+// has none): per non-empty expert mf_gemm (gate|up or fc1, GELU epilogue),
+// one mf_act over all routed rows (SwiGLU), then mf_gemm (down) per expert.
+static mf_status experts_loop(mf_backend *be, const mf_moe_experts_args *p) {
     int32_t off[MOE_MAX_EXPERTS + 1];
     const int32_t *o = NULL;
-    MF_TRY(mf_moe_host_offsets(be, p, off, &o));
+    MF_TRY(host_offsets(be, p, off, &o));
     const int64_t E = p->w1.shape[0], H = p->x.shape[1], rows1 = p->h.shape[1];
     const int64_t I = p->ffn == MF_MOE_FFN_SWIGLU ? rows1 / 2 : rows1;
     for (int64_t e = 0; e < E; e++) {
@@ -297,8 +299,13 @@ mf_status mf_moe_experts(mf_backend *be, const mf_moe_experts_args *p) {
     int64_t E = 0, I = 0;
     MF_TRY(experts_check(be, p, &E, &I));
     if (p->x.shape[0] == 0 || p->x.shape[1] == 0) return MF_OK;
-    if (be->moe_experts) return be->moe_experts(be, p);
-    return mf_moe_experts_loop(be, p);
+    if (p->host_offsets) MF_TRY(mf_moe_offsets_check(p->host_offsets, E, p->x.shape[0]));
+    if (be->moe_experts) { // MF_ERR_UNSUPPORTED: the backend declines these shapes
+        const mf_status st = be->moe_experts(be, p);
+        if (st != MF_ERR_UNSUPPORTED) return st;
+        mf_clear_error();
+    }
+    return experts_loop(be, p);
 }
 
 // ---- combine ---------------------------------------------------------------------------
