@@ -24,15 +24,16 @@ mf_status mf_cpu_moe_combine(mf_backend *be, const mf_moe_combine_args *args); /
 mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *args); // attention.c
 mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *args);   // kv_write.c
 
+// Dtype conversion, all in convert.c.
 // dst[0 .. n) = elements [off, off + n) of a contiguous f32 / f16 / bf16 run
-// as f32 (exact). copy.c; the row loaders of the ops.
+// as f32 (exact): the row loaders of the ops.
 void mf_cpu_to_f32(float *dst, const void *src, mf_dtype dt, int64_t off, int64_t n);
 // dst[0 .. n) = the n contiguous f32 / f16 / bf16 values at src (any
-// alignment) as f32 (exact), 8 lanes at a time. gemm.c.
+// alignment) as f32 (exact), 8 lanes at a time.
 void mf_cpu_widen(float *dst, const char *src, mf_dtype dt, int64_t n);
 // Elements [off, off + n) of a contiguous f32 / f16 / bf16 run = src[0 .. n),
 // rounded to nearest even (NaN stays NaN), 8 lanes at a time: the bits of
-// mf_f32_to_f16 / mf_f32_to_bf16. copy.c.
+// mf_f32_to_f16 / mf_f32_to_bf16.
 void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n);
 
 // Around an OpenMP region whose threads each call sgemm (one pool of threads

@@ -179,19 +179,6 @@ static void sk_order_rows(float *a, int64_t m, int64_t k) {
         }
 }
 
-// n contiguous f16/bf16/f32 values at src as f32 (exact), 8 lanes at a time
-// (declared in cpu.h: mf_cpu_to_f32 widens with it too).
-MF_CPU_HOT void mf_cpu_widen(float *dst, const char *src, mf_dtype dt, int64_t n) {
-    const int64_t es = (int64_t)mf_dtype_size(dt);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f v;
-        v8_load8(&v, src + i * es, dt);
-        memcpy(dst + i, &v, 32);
-    }
-    for (; i < n; i++) dst[i] = v8_load1(src, dt, i);
-}
-
 // Lines [l0, l1) of matrix `bt` of view t, elements [c0, c0 + len) of each,
 // as f32 at dst with line stride len. A line is a row, or a column when
 // l->col_major: the layout is kept (the caller passes CblasTrans for
