@@ -9,7 +9,7 @@
 #include "cpu/cpu.h"
 #include "kernels/copy_geom.h"
 
-mf_status mf_cpu_copy(mf_backend *be, const mf_copy_args *p) {
+mf_status mf_cpu_copy_tensor(mf_backend *be, const mf_copy_args *p) {
     (void)be;
     mf_copy_geom g;
     mf_copy_geom_of(p, &g);

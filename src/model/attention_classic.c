@@ -71,12 +71,12 @@ static mf_status classic_block(mf_session *s, int32_t layer, const mf_fwd_seg *g
     } else {
         mf_copy_args c = {.src = view3(at(&s->qkv, row * qkv_w), dt, dev, H, nq, D, D, qkv_w, 1),
                           .dst = view3(s->q_hm.data, dt, dev, H, nq, D, nq * D, D, 1)};
-        MF_TRY(mf_fw_op(s, MF_FW_COPY, "q_head_major", &c));
+        MF_TRY(mf_copy(mf_role(s, "q_head_major"), &c));
         q = view3(s->q_hm.data, dt, dev, G, grp * nq, D, grp * nq * D, D, 1);
     }
     const mf_tensor scores = view3(s->scores.data, MF_DTYPE_F32, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
     mf_gemm_args qk = {.a = q, .b = view3(kc.data, dt, dev, G, D, tk, D, 1, G * D), .c = scores, .alpha = 1.0f};
-    MF_TRY(mf_fw_op(s, MF_FW_GEMM, "scores", &qk));
+    MF_TRY(mf_gemm(mf_role(s, "scores"), &qk));
 
     mf_softmax_args sm = {.scale = 1.0f / sqrtf((float)D), .causal = true};
     mf_tensor x4;
@@ -87,20 +87,20 @@ static mf_status classic_block(mf_session *s, int32_t layer, const mf_fwd_seg *g
     mf_tensor y4 = x4;
     y4.data = s->probs.data, y4.dtype = s->probs.dtype;
     sm.x = x4, sm.y = y4;
-    MF_TRY(mf_fw_op(s, MF_FW_SOFTMAX, "attn", &sm));
+    MF_TRY(mf_softmax(mf_role(s, "attn"), &sm));
 
     const mf_tensor p = view3(s->probs.data, s->probs.dtype, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
     mf_gemm_args pv = {.a = p, .b = view3(vc.data, dt, dev, G, tk, D, D, G * D, 1), .alpha = 1.0f};
     if (view) {
         pv.c = nq == 1 ? view3(at(&s->ctx, row * ctx_w), dt, dev, G, grp, D, grp * D, D, 1)
                        : view3(at(&s->ctx, row * ctx_w), dt, dev, G, nq, D, D, ctx_w, 1);
-        return mf_fw_op(s, MF_FW_GEMM, "pv", &pv);
+        return mf_gemm(mf_role(s, "pv"), &pv);
     }
     pv.c = view3(s->ctx_hm.data, dt, dev, G, grp * nq, D, grp * nq * D, D, 1);
-    MF_TRY(mf_fw_op(s, MF_FW_GEMM, "pv", &pv));
+    MF_TRY(mf_gemm(mf_role(s, "pv"), &pv));
     mf_copy_args c = {.src = view3(s->ctx_hm.data, dt, dev, H, nq, D, nq * D, D, 1),
                       .dst = view3(at(&s->ctx, row * ctx_w), dt, dev, H, nq, D, D, ctx_w, 1)};
-    return mf_fw_op(s, MF_FW_COPY, "attn_out", &c);
+    return mf_copy(mf_role(s, "attn_out"), &c);
 }
 
 mf_status mf_attention_classic(mf_session *s, int32_t layer, int32_t n_segs, int64_t T) {

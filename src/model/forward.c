@@ -47,41 +47,6 @@ static mf_tensor heads_of(const mf_tensor *t, int64_t r0, int64_t n, int64_t c0,
 
 static const mf_tensor *opt(const mf_tensor *t) { return t->data ? t : NULL; }
 
-// ---- the one dispatch point -----------------------------------------------------------------
-
-// Every op a forward step queues goes through here: the profiler's brackets
-// (and the call's op count) live in this one place.
-mf_status mf_fw_op(mf_session *s, mf_fw_kind op, const char *what, const void *args) {
-    static const char *const names[] = {
-        [MF_FW_GEMM] = "gemm",       [MF_FW_NORM] = "add_norm",     [MF_FW_EMBED] = "embed", [MF_FW_ADD] = "add",
-        [MF_FW_SOFTMAX] = "softmax", [MF_FW_ACT] = "act",           [MF_FW_COPY] = "copy",
-        [MF_FW_KV_WRITE] = "kv_write", [MF_FW_ATTENTION] = "attention", [MF_FW_ARGMAX] = "argmax",
-        [MF_FW_TOPK] = "topk",       [MF_FW_MOE] = "moe",
-    };
-    mf_prof_begin(s, names[op], what);
-    mf_status st = MF_ERR_INVALID_ARG;
-    switch (op) {
-    case MF_FW_GEMM: st = mf_gemm(s->be, args); break;
-    case MF_FW_NORM: st = mf_add_norm(s->be, args); break;
-    case MF_FW_EMBED: st = mf_embed(s->be, args); break;
-    case MF_FW_ADD: st = mf_add(s->be, args); break;
-    case MF_FW_SOFTMAX: st = mf_softmax(s->be, args); break;
-    case MF_FW_ACT: st = mf_act(s->be, args); break;
-    case MF_FW_COPY: st = mf_copy(s->be, args); break;
-    case MF_FW_KV_WRITE: st = mf_kv_write(s->be, args); break;
-    case MF_FW_ATTENTION: st = mf_attention(s->be, args); break;
-    case MF_FW_ARGMAX: st = mf_argmax(s->be, args); break;
-    case MF_FW_TOPK: st = mf_topk(s->be, args); break;
-    case MF_FW_MOE: {
-        const mf_moe_block_args *a = args;
-        st = mf_moe_block(s->be, a->layer, a->routing, a->x, a->residual, a->out, a->workspace, a->workspace_bytes);
-        break;
-    }
-    }
-    mf_prof_end(s, names[op], what);
-    return st;
-}
-
 // y = x @ lin (+ bias) (epilogue ep); lin[0 .. n) write side by side into y's columns.
 static mf_status linear(mf_session *s, const char *what, const mf_tensor *x, const mf_linear *lin, int32_t n,
                         const mf_tensor *y, mf_epilogue ep) {
@@ -90,7 +55,7 @@ static mf_status linear(mf_session *s, const char *what, const mf_tensor *x, con
         const int64_t w = lin[i].w.shape[1];
         mf_gemm_args g = {.a = *x, .b = lin[i].w, .c = block_of(y, 0, y->shape[0], c0, w), .bias = opt(&lin[i].bias),
                           .alpha = 1.0f, .beta = 0.0f, .epilogue = ep};
-        MF_TRY(mf_fw_op(s, MF_FW_GEMM, what, &g));
+        MF_TRY(mf_gemm(mf_role(s, what), &g));
         c0 += w;
     }
     return MF_OK;
@@ -101,7 +66,7 @@ static mf_status norm(mf_session *s, const char *what, const mf_tensor *x, const
     const mf_dec_spec *sp = &s->m->spec;
     mf_norm_args a = {.x = *x, .residual = residual, .sum_out = sum_out, .y = *y, .weight = *w, .bias = opt(b),
                       .kind = sp->layernorm ? MF_NORM_LAYER : MF_NORM_RMS, .eps = sp->norm_eps};
-    return mf_fw_op(s, MF_FW_NORM, what, &a);
+    return mf_add_norm(mf_role(s, what), &a);
 }
 
 // ---- blocks ---------------------------------------------------------------------------------
@@ -121,7 +86,7 @@ static mf_status attention_block(mf_session *s, int32_t l, const mf_tensor *x, c
                            .k_cache = mf_kv_cache_layer(&s->kv, l, 0), .v_cache = mf_kv_cache_layer(&s->kv, l, 1),
                            .slot = rows_of(&s->tok_slot, 0, T), .pos = rows_of(&s->pos, 0, T)};
     if (!sp->learned_pos) kw.q = &q, kw.inv_freq = &s->m->w.inv_freq;
-    MF_TRY(mf_fw_op(s, MF_FW_KV_WRITE, sp->learned_pos ? "kv" : "rope_kv", &kw));
+    MF_TRY(mf_kv_write(mf_role(s, sp->learned_pos ? "kv" : "rope_kv"), &kw));
     MF_TRY(s->attention(s, l, n_segs, T));
     const mf_tensor ctx = rows_of(&s->ctx, 0, T);
     return linear(s, "o", &ctx, &L->o, 1, out, MF_EPILOGUE_NONE);
@@ -144,7 +109,7 @@ mf_status mf_attention_flash(mf_session *s, int32_t l, int32_t n_segs, int64_t T
                            .max_k_len = s->step_max_q == 1 ? s->max_seq : s->step_max_k,
                            .scale = 1.0f / sqrtf((float)D), .causal = true, .window = sp->sliding_window,
                            .workspace = s->attn_ws, .workspace_bytes = s->attn_ws_bytes};
-    return mf_fw_op(s, MF_FW_ATTENTION, s->step_max_q == 1 ? "decode" : "prefill", &a);
+    return mf_attention(mf_role(s, s->step_max_q == 1 ? "decode" : "prefill"), &a);
 }
 
 static mf_act_kind act_kind(mf_dec_act a) {
@@ -176,9 +141,7 @@ static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const m
         mf_moe_layer ml;
         mf_moe_routing r;
         mf_forward_moe_layer(s->m, l, &ml, &r);
-        const mf_moe_block_args a = {.layer = &ml, .routing = &r, .x = x, .out = out, .workspace = s->moe_ws,
-                                     .workspace_bytes = s->moe_ws_bytes};
-        return mf_fw_op(s, MF_FW_MOE, "experts", &a);
+        return mf_moe_block(mf_role(s, "experts"), &ml, &r, x, NULL, out, s->moe_ws, s->moe_ws_bytes);
     }
     const int64_t F = sp->ffn;
     const mf_tensor ff = rows_of(&s->ff, 0, T);
@@ -186,7 +149,7 @@ static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const m
         MF_TRY(linear(s, "gate_up", x, L->up, L->n_up, &ff, MF_EPILOGUE_NONE));
         const mf_tensor gate = block_of(&ff, 0, T, 0, F), up = block_of(&ff, 0, T, F, F);
         mf_act_args a = {.x = gate, .up = &up, .y = gate, .kind = act_kind(sp->act)};
-        MF_TRY(mf_fw_op(s, MF_FW_ACT, "gated", &a));
+        MF_TRY(mf_act(mf_role(s, "gated"), &a));
         return linear(s, "down", &gate, &L->down, 1, out, MF_EPILOGUE_NONE);
     }
     // GPT-2's gelu_new is the GEMM's epilogue; other activations are one more pass.
@@ -194,7 +157,7 @@ static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const m
     MF_TRY(linear(s, "up", x, L->up, L->n_up, &ff, fused ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE));
     if (!fused) {
         mf_act_args a = {.x = ff, .up = NULL, .y = ff, .kind = act_kind(sp->act)};
-        MF_TRY(mf_fw_op(s, MF_FW_ACT, "act", &a));
+        MF_TRY(mf_act(mf_role(s, "act"), &a));
     }
     return linear(s, "down", &ff, &L->down, 1, out, MF_EPILOGUE_NONE);
 }
@@ -208,10 +171,10 @@ mf_status mf_forward_step(mf_session *s, int32_t n_segs, int64_t T, mf_tensor *o
     const mf_tensor ids = rows_of(&s->ids, 0, T), pos = rows_of(&s->pos, 0, T);
 
     mf_embed_args e = {.ids = ids, .table = w->tok_emb, .y = h};
-    MF_TRY(mf_fw_op(s, MF_FW_EMBED, "tokens", &e));
+    MF_TRY(mf_embed(mf_role(s, "tokens"), &e));
     if (sp->learned_pos) { // position rows into a, added by the first norm (or an add)
         mf_embed_args ep = {.ids = pos, .table = w->pos_emb, .y = a};
-        MF_TRY(mf_fw_op(s, MF_FW_EMBED, "positions", &ep));
+        MF_TRY(mf_embed(mf_role(s, "positions"), &ep));
     }
     const int32_t nl = sp->n_layers;
     if (!sp->post_norm) {
@@ -231,7 +194,7 @@ mf_status mf_forward_step(mf_session *s, int32_t n_segs, int64_t T, mf_tensor *o
     }
     if (sp->learned_pos) {
         mf_add_args ad = {.a = h, .b = &a, .y = h, .alpha = 1.0f, .beta = 1.0f};
-        MF_TRY(mf_fw_op(s, MF_FW_ADD, "positions", &ad));
+        MF_TRY(mf_add(mf_role(s, "positions"), &ad));
     }
     for (int32_t l = 0; l < nl; l++) {
         const mf_layer_weights *L = &w->layers[l];
@@ -251,7 +214,7 @@ mf_status mf_forward_step(mf_session *s, int32_t n_segs, int64_t T, mf_tensor *o
 
 mf_status mf_forward_gather(mf_session *s, const mf_tensor *x, int64_t k, mf_tensor *out) {
     mf_embed_args e = {.ids = rows_of(&s->rows, 0, k), .table = *x, .y = rows_of(&s->gathered, 0, k)};
-    MF_TRY(mf_fw_op(s, MF_FW_EMBED, "gather_last", &e));
+    MF_TRY(mf_embed(mf_role(s, "gather_last"), &e));
     *out = e.y;
     return MF_OK;
 }
@@ -260,14 +223,14 @@ mf_status mf_forward_lm_head_gemm(mf_session *s, const mf_tensor *x) {
     const mf_weights *w = &s->m->w;
     mf_gemm_args g = {.a = *x, .b = w->lm_head.w, .c = rows_of(&s->logits, 0, x->shape[0]),
                       .bias = opt(&w->lm_head.bias), .alpha = 1.0f, .beta = 0.0f};
-    return mf_fw_op(s, MF_FW_GEMM, "lm_head", &g);
+    return mf_gemm(mf_role(s, "lm_head"), &g);
 }
 
 mf_status mf_forward_lm_head_argmax(mf_session *s, int64_t k) {
     mf_argmax_args a = {.x = rows_of(&s->logits, 0, k), .ids = s->argmax_out, .vals = s->argmax_out};
     a.ids.shape[0] = k;
     a.vals.shape[0] = k, a.vals.dtype = MF_DTYPE_F32, a.vals.data = (int32_t *)s->argmax_out.data + k;
-    return mf_fw_op(s, MF_FW_ARGMAX, "greedy", &a);
+    return mf_argmax(mf_role(s, "greedy"), &a);
 }
 
 mf_status mf_forward_lm_head_topk(mf_session *s, int64_t rows, int32_t k, float scale) {
@@ -277,7 +240,7 @@ mf_status mf_forward_lm_head_topk(mf_session *s, int64_t rows, int32_t k, float 
     MF_TRY(mf_tensor_make(&a.ids, base, MF_DTYPE_I32, s->topk_out.device, 2, os));
     MF_TRY(mf_tensor_make(&a.vals, base + rows * k, MF_DTYPE_F32, s->topk_out.device, 2, os));
     MF_TRY(mf_tensor_make(&a.stats, base + 2 * rows * k, MF_DTYPE_F32, s->topk_out.device, 2, ss));
-    return mf_fw_op(s, MF_FW_TOPK, "sampling", &a);
+    return mf_topk(mf_role(s, "sampling"), &a);
 }
 
 mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {
@@ -288,12 +251,12 @@ mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {
         const mf_tensor lg = rows_of(&s->logits, 0, nb);
         mf_gemm_args g = {.a = rows_of(x, r0, nb), .b = w->lm_head.w, .c = lg, .bias = opt(&w->lm_head.bias),
                           .alpha = 1.0f, .beta = 0.0f};
-        MF_TRY(mf_fw_op(s, MF_FW_GEMM, "lm_head", &g));
+        MF_TRY(mf_gemm(mf_role(s, "lm_head"), &g));
         mf_session_mark_queued(s);
-        mf_prof_begin(s, "d2h", "logits");
+        mf_op_begin(mf_role(s, "logits"), "d2h");
         mf_status st = mf_backend_copy(s->be, out + r0 * vocab, lg.data, (size_t)(nb * vocab) * sizeof(float),
                                        MF_COPY_D2H);
-        mf_prof_end(s, "d2h", "logits");
+        mf_op_end(s->be, "d2h");
         MF_TRY(st);
     }
     return MF_OK;

@@ -1,5 +1,5 @@
 // The MoE MLP of one decoder layer: the layer's tensors into mf_moe's args.
-// forward.c's mlp_block calls it (through mf_fw_op, MF_FW_MOE) when the spec
+// forward.c's mlp_block calls it when the spec
 // has experts: x is the normed hidden state and out the block output (`a`),
 // which the following add & norm adds to the residual stream, exactly as the
 // dense MLP's output. The session sizes s->moe_ws with mf_moe_block_workspace

@@ -36,16 +36,6 @@ typedef struct {
 // workspace: workspace_bytes >= mf_moe_block_workspace(...) of the largest T.
 mf_status mf_moe_block(mf_backend *be, const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x,
                        const mf_tensor *residual, const mf_tensor *out, void *workspace, size_t workspace_bytes);
-// mf_moe_block's arguments as one struct: what forward.c hands to its
-// dispatch point (mf_fw_op, MF_FW_MOE).
-typedef struct {
-    const mf_moe_layer *layer;
-    const mf_moe_routing *routing;
-    const mf_tensor *x, *residual, *out; // residual may be NULL
-    void *workspace;
-    size_t workspace_bytes;
-} mf_moe_block_args;
-
 // Whether mf_moe_block with these shapes (and this workspace) queues no host
 // sync on be, so that a CUDA Graph can record it (mf_moe_capturable).
 bool mf_moe_block_capturable(mf_backend *be, const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x,

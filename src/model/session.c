@@ -11,7 +11,6 @@
 #include "backend.h"
 #include "core/error.h"
 #include "model/session.h"
-#include "ops/moe.h"
 
 enum {
     kMaxStepTokens = 8192,  // token rows per step: bounds the activations (longer inputs are split)
@@ -468,9 +467,9 @@ static mf_status stage_step(mf_session *s, int32_t n_seqs, const int32_t *seq_id
     step_views(s, T, n_segs);
     *n_segs_out = n_segs;
     const size_t n_i32 = (size_t)(3 * T + 3 * (int64_t)n_segs + 1);
-    mf_prof_begin(s, "h2d", "step");
+    mf_op_begin(mf_role(s, "step"), "h2d");
     mf_status st = mf_backend_copy(s->be, s->step_i32.data, s->h_step, n_i32 * sizeof(int32_t), MF_COPY_H2D);
-    mf_prof_end(s, "h2d", "step");
+    mf_op_end(s->be, "h2d");
     return st;
 }
 
@@ -518,7 +517,7 @@ static mf_status head_read(mf_session *s, int64_t k, const fwd_out *out, int64_t
     static const char *const what_of[] = {"logits", "argmax", "topk"};
     const char *what = what_of[out->kind];
     mf_session_mark_queued(s);
-    mf_prof_begin(s, "d2h", what);
+    mf_op_begin(mf_role(s, what), "d2h");
     mf_status st;
     if (out->kind == FWD_LOGITS) {
         const int64_t vocab = s->m->spec.vocab;
@@ -540,7 +539,7 @@ static mf_status head_read(mf_session *s, int64_t k, const fwd_out *out, int64_t
             memcpy(out->stats + 2 * r0, s->h_topk + 2 * k * K, (size_t)(2 * k) * sizeof(float));
         }
     }
-    mf_prof_end(s, "d2h", what);
+    mf_op_end(s->be, "d2h");
     if (st == MF_OK) s->kept_first = r0, s->kept_rows = k;
     return st;
 }
@@ -570,7 +569,7 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
         if (s->graph[i].used < s->graph[victim].used) victim = i;
     }
     s->step_max_q = 1, s->step_max_k = s->max_seq;
-    const int64_t ops0 = s->call_ops;
+    const int64_t ops0 = s->hook.ops;
     if (e < 0) {
         e = victim;
         graph_drop(s, e);
@@ -590,16 +589,16 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
             if (exec) s->be->graph_free(s->be, exec);
             s->graphs = false;
             for (int i = 0; i < MF_SESSION_GRAPHS; i++) graph_drop(s, i);
-            s->call_ops = ops0;
+            s->hook.ops = ops0;
             return MF_ERR_UNSUPPORTED;
         }
         s->graph[e].n_seqs = n_segs, s->graph[e].kind = (int)out->kind, s->graph[e].exec = exec;
         s->graph[e].k = out->k, s->graph[e].scale = out->scale;
-        s->graph[e].ops = s->call_ops - ops0;
+        s->graph[e].ops = s->hook.ops - ops0;
         s->graphs_recorded++;
     }
     s->graph[e].used = ++s->graph_clock;
-    s->call_ops = ops0 + s->graph[e].ops;
+    s->hook.ops = ops0 + s->graph[e].ops;
     s->call_launches = 1; // the step's upload, then one graph
     MF_TRY(s->be->graph_launch(s->be, s->graph[e].exec));
     s->graphs_replayed++;
@@ -619,7 +618,7 @@ mf_status mf_session_set_graphs(mf_session *s, bool on) {
 mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out) {
     if (!s) return mf_fail(MF_ERR_INVALID_ARG, "session_get_stats: session is NULL");
     if (!out) return mf_fail(MF_ERR_INVALID_ARG, "session_get_stats: out is NULL");
-    *out = (mf_session_stats){.ops = s->call_ops, .launches = s->call_launches,
+    *out = (mf_session_stats){.ops = s->hook.ops, .launches = s->call_launches,
                               .host_us = s->call_host_us < 0 ? 0 : s->call_host_us, .graph = s->call_graph,
                               .graphs_recorded = s->graphs_recorded, .graphs_replayed = s->graphs_replayed};
     memcpy(out->graphs_off, s->graphs_off, sizeof out->graphs_off);
@@ -632,9 +631,9 @@ mf_status mf_session_get_stats(const mf_session *s, mf_session_stats *out) {
 // at most step_tokens rows; after each step the LM head runs over the rows
 // `mode` asks for and `out` takes them (NULL: no LM head). A one-token-each
 // call that fits one step is a decode step: replayed as a graph when possible.
-static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
-                         const int64_t *offsets, mf_logits_mode mode, const fwd_out *out) {
-    s->call_t0 = now_us(), s->call_host_us = -1, s->call_ops = 0, s->call_launches = -1, s->call_graph = false;
+static mf_status forward_run(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                             const int64_t *offsets, mf_logits_mode mode, const fwd_out *out) {
+    s->call_t0 = now_us(), s->call_host_us = -1, s->call_launches = -1, s->call_graph = false;
     s->kept_first = 0, s->kept_rows = 0;
     const int64_t total = offsets[n_seqs], vocab = s->m->spec.vocab;
     if (s->graphs && !s->prof_on && out && total == n_seqs && total <= s->step_tokens &&
@@ -677,10 +676,22 @@ static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, 
         c0 = c1;
     }
     mf_session_mark_queued(s);
-    if (s->call_launches < 0) s->call_launches = s->call_ops;
+    if (s->call_launches < 0) s->call_launches = s->hook.ops;
     MF_TRY(mf_backend_sync(s->be));
     for (int32_t i = 0; i < n_seqs; i++) s->len[seq_ids[i]] += offsets[i + 1] - offsets[i];
     return MF_OK;
+}
+
+// forward_run with s's op hook on the backend for the call (counting its
+// ops, bracketing them for the profiler).
+static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                         const int64_t *offsets, mf_logits_mode mode, const fwd_out *out) {
+    s->hook = (mf_op_hook){.begin = s->prof_on ? s->prof.begin : NULL, .end = s->prof_on ? s->prof.end : NULL,
+                           .user = s->prof.user};
+    s->be->hook = &s->hook;
+    const mf_status st = forward_run(s, n_seqs, seq_ids, tokens, offsets, mode, out);
+    s->be->hook = NULL;
+    return st;
 }
 
 mf_status mf_session_forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,

@@ -12,7 +12,7 @@
 #ifndef MF_MODEL_SESSION_H
 #define MF_MODEL_SESSION_H
 
-#include "minfer/ops.h"
+#include "backend.h"
 #include "model/kv_cache.h"
 #include "model/moe_block.h"
 #include "model/model_internal.h"
@@ -100,6 +100,7 @@ struct mf_session {
 
     bool prof_on;
     mf_session_profiler prof;
+    mf_op_hook hook;         // on s->be during a forward call: counts the call's ops, brackets them for prof
 
     // decode-step graphs, one per batch size (mf_session_set_graphs)
     bool graphs;             // use them (default: when the backend records graphs)
@@ -117,31 +118,19 @@ struct mf_session {
     uint64_t graph_clock;
 
     // statistics of the last forward call (mf_session_get_stats)
-    int64_t call_ops, call_launches;
+    int64_t call_launches;   // (the call's ops: hook.ops)
     double call_t0, call_host_us; // call_host_us < 0: not yet marked in this call
     bool call_graph;
     int64_t graphs_recorded, graphs_replayed;
     char graphs_off[192]; // the error that turned graphs off ("" if none)
 };
 
-// Profiling brackets (one branch when off); they also count the ops of a call.
-static inline void mf_prof_begin(struct mf_session *s, const char *op, const char *what) {
-    s->call_ops++;
-    if (s->prof_on && s->prof.begin) s->prof.begin(s->prof.user, op, what);
+// The backend, with `what` as the role of the ops queued next (the
+// profiler's second name): forward code calls mf_gemm(mf_role(s, "qkv"), ...).
+static inline mf_backend *mf_role(struct mf_session *s, const char *what) {
+    s->hook.what = what;
+    return s->be;
 }
-static inline void mf_prof_end(struct mf_session *s, const char *op, const char *what) {
-    if (s->prof_on && s->prof.end) s->prof.end(s->prof.user, op, what);
-}
-
-// The ops a forward step queues, all through mf_fw_op: the one dispatch
-// point, where the profiler brackets each op and the call counts it.
-typedef enum {
-    MF_FW_GEMM, MF_FW_NORM, MF_FW_EMBED, MF_FW_ADD, MF_FW_SOFTMAX, MF_FW_ACT, MF_FW_COPY,
-    MF_FW_KV_WRITE, MF_FW_ATTENTION, MF_FW_ARGMAX, MF_FW_TOPK,
-    MF_FW_MOE, // args: mf_moe_block_args
-} mf_fw_kind;
-// args: the op's args struct (mf_gemm_args for MF_FW_GEMM, ...); `what` names its role.
-mf_status mf_fw_op(struct mf_session *s, mf_fw_kind op, const char *what, const void *args);
 
 // forward.c: one step over rows [0, T) (s->step_i32 already uploaded),
 // segments s->segs[0 .. n_segs). *out: the final hidden rows (T, hidden).
