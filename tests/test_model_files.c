@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "minfer/minfer.h"
-#include "model/config.h"
+#include "model/arch/config.h"
 #include "model/safetensors.h"
 
 static int n_pass, n_fail;

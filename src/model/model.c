@@ -10,7 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/config.h"
+#include "model/arch/config.h"
 #include "model/fileio.h"
 #include "model/model_internal.h"
 

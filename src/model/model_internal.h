@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "minfer/model.h"
-#include "model/arch.h"
-#include "model/spec.h"
+#include "model/arch/arch.h"
+#include "model/arch/spec.h"
 #include "model/weights.h"
 
 #ifdef __cplusplus

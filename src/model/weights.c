@@ -17,9 +17,9 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/arch.h"
+#include "model/arch/arch.h"
 #include "model/weights.h"
-#include "model/wplan.h"
+#include "model/arch/wplan.h"
 
 #define MF_W_ALIGN 256
 

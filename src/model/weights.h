@@ -24,7 +24,7 @@
 #include "core/error.h"
 #include "minfer/backend.h"
 #include "model/safetensors.h"
-#include "model/spec.h"
+#include "model/arch/spec.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,9 +8,9 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/arch.h"
-#include "model/config.h"
-#include "model/config_read.h"
+#include "model/arch/arch.h"
+#include "model/arch/config.h"
+#include "model/arch/config_read.h"
 #include "model/fileio.h"
 
 #define NAME_FMT MF_CFG_FN

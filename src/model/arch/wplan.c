@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/wplan.h"
+#include "model/arch/wplan.h"
 
 typedef mf_wplan wplan;
 

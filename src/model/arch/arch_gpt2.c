@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/arch.h"
+#include "model/arch/arch.h"
 
 #define N MF_CFG_NAMES
 

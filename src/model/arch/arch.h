@@ -18,9 +18,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "model/config.h"
-#include "model/config_read.h"
-#include "model/spec.h"
+#include "model/arch/config.h"
+#include "model/arch/config_read.h"
+#include "model/arch/spec.h"
 #include "model/weights.h"
 
 #ifdef __cplusplus

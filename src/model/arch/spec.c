@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "core/error.h"
-#include "model/spec.h"
+#include "model/arch/spec.h"
 
 mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who) {
     if (s->n_layers < 1 || s->hidden < 1 || s->n_heads < 1 || s->n_kv_heads < 1 || s->head_dim < 1 || s->ffn < 1 ||

@@ -12,7 +12,7 @@
 
 #include <cJSON.h>
 
-#include "model/config.h"
+#include "model/arch/config.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/arch.h"
+#include "model/arch/arch.h"
 
 // One line per family; messages list classes in this order.
 const mf_family *const mf_families[] = {

@@ -4,7 +4,7 @@
 // weights renormalised to sum 1 (HF MixtralSparseMoeBlock), SwiGLU experts
 // w1 (gate), w3 (up), w2 (down), no shared expert.
 #include "core/error.h"
-#include "model/arch.h"
+#include "model/arch/arch.h"
 
 #define N MF_CFG_NAMES
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "core/error.h"
-#include "model/arch.h"
+#include "model/arch/arch.h"
 
 #define N MF_CFG_NAMES
 
