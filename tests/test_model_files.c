@@ -18,7 +18,7 @@
 
 #include "minfer/minfer.h"
 #include "model/arch/config.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 static int n_pass, n_fail;
 static const char *fixdir;

@@ -15,7 +15,7 @@
 #include "backend.h"
 #include "model/kv_cache.h"
 #include "model/moe_block.h"
-#include "model/model_internal.h"
+#include "model/load/model.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -21,7 +21,7 @@
 #include "model/arch/config.h"
 #include "model/arch/config_read.h"
 #include "model/arch/spec.h"
-#include "model/weights.h"
+#include "model/load/weights.h"
 
 #ifdef __cplusplus
 extern "C" {

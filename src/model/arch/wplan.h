@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "model/weights.h"
+#include "model/load/weights.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "model/arch/config.h"
 #include "model/fileio.h"
-#include "model/model_internal.h"
+#include "model/load/model.h"
 
 // generation_config.json, when present, overrides bos/eos (as transformers'
 // generate() does). A malformed file is an error; absent keys are not.

@@ -23,7 +23,7 @@
 
 #include "core/error.h"
 #include "minfer/backend.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 #include "model/arch/spec.h"
 
 #ifdef __cplusplus

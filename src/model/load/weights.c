@@ -18,7 +18,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "model/arch/arch.h"
-#include "model/weights.h"
+#include "model/load/weights.h"
 #include "model/arch/wplan.h"
 
 #define MF_W_ALIGN 256

@@ -13,7 +13,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "model/fileio.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 // Messages name files and tensors with at most this many characters each, so
 // that both fit in the 512-byte error message.

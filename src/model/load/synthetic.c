@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/model_internal.h"
+#include "model/load/model.h"
 
 mf_status mf_model_synthetic(const char *preset, uint64_t seed, mf_backend *be, const mf_model_opts *opts,
                              mf_model **out) {

@@ -2,8 +2,8 @@
 //
 // model.c loads one from a checkpoint (config.json through the family table,
 // arch.h), synthetic.c from a preset; spec.h is the decoder they describe.
-#ifndef MF_MODEL_INTERNAL_H
-#define MF_MODEL_INTERNAL_H
+#ifndef MF_MODEL_LOAD_MODEL_H
+#define MF_MODEL_LOAD_MODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,7 +11,7 @@
 #include "minfer/model.h"
 #include "model/arch/arch.h"
 #include "model/arch/spec.h"
-#include "model/weights.h"
+#include "model/load/weights.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,4 +47,4 @@ mf_weights_target mf_model_wtarget(const mf_model *m, bool verbose);
 #ifdef __cplusplus
 }
 #endif
-#endif // MF_MODEL_INTERNAL_H
+#endif // MF_MODEL_LOAD_MODEL_H
