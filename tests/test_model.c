@@ -38,7 +38,7 @@
 
 #include "minfer/minfer.h"
 #include "minfer/model.h"
-#include "model/session.h"
+#include "runtime/session.h"
 #ifdef MF_HAVE_CUDA
 #include <cuda_runtime_api.h> // cudaMemGetInfo: device memory steadiness (test_cuda_memory)
 #endif

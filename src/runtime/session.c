@@ -10,7 +10,7 @@
 #include "core/alloc.h"
 #include "backend.h"
 #include "core/error.h"
-#include "model/session.h"
+#include "runtime/session.h"
 
 enum {
     kMaxStepTokens = 8192,  // token rows per step: bounds the activations (longer inputs are split)

@@ -4,7 +4,7 @@
 // which the following add & norm adds to the residual stream, exactly as the
 // dense MLP's output. The session sizes s->moe_ws with mf_moe_block_workspace
 // for its step's T rows, once at create.
-#include "model/moe_block.h"
+#include "runtime/moe_block.h"
 #include "ops/moe.h"
 
 static void fill_args(const mf_moe_layer *L, const mf_moe_routing *r, const mf_tensor *x, const mf_tensor *residual,

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/session.h"
+#include "runtime/session.h"
 
 // ---- views ------------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 // synthetic post-norm MoE model), as one call that mlp_block in forward.c
 // can make instead of its dense FFN. It owns no weights and allocates
 // nothing: the layer's tensors and the scratch come from the caller.
-#ifndef MF_MODEL_MOE_BLOCK_H
-#define MF_MODEL_MOE_BLOCK_H
+#ifndef MF_RUNTIME_MOE_BLOCK_H
+#define MF_RUNTIME_MOE_BLOCK_H
 
 #include "backend.h"
 
@@ -47,4 +47,4 @@ mf_status mf_moe_block_workspace(mf_backend *be, const mf_moe_layer *L, const mf
 #ifdef __cplusplus
 }
 #endif
-#endif // MF_MODEL_MOE_BLOCK_H
+#endif // MF_RUNTIME_MOE_BLOCK_H

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "minfer/ops.h"
-#include "model/kv_cache.h"
+#include "runtime/kv_cache.h"
 
 int64_t mf_kv_cache_bytes(int32_t n_layers, int32_t max_batch, int64_t max_seq, int32_t n_kv_heads,
                           int32_t head_dim, mf_dtype dt) {

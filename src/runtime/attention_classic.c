@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/session.h"
+#include "runtime/session.h"
 
 // A 3-D view (b, r, c) with the given element strides.
 static mf_tensor view3(void *data, mf_dtype dt, mf_device dev, int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr,

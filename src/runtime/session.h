@@ -9,12 +9,12 @@
 // arrays (ids, positions, slots, segment offsets and lengths) go to the
 // device in one copy. All device scratch is carved from one arena when the
 // session is created; a forward call allocates nothing.
-#ifndef MF_MODEL_SESSION_H
-#define MF_MODEL_SESSION_H
+#ifndef MF_RUNTIME_SESSION_H
+#define MF_RUNTIME_SESSION_H
 
 #include "backend.h"
-#include "model/kv_cache.h"
-#include "model/moe_block.h"
+#include "runtime/kv_cache.h"
+#include "runtime/moe_block.h"
 #include "model/load/model.h"
 
 #ifdef __cplusplus
@@ -163,4 +163,4 @@ mf_status mf_attention_flash(struct mf_session *s, int32_t layer, int32_t n_segs
 #ifdef __cplusplus
 }
 #endif
-#endif // MF_MODEL_SESSION_H
+#endif // MF_RUNTIME_SESSION_H

@@ -5,8 +5,8 @@
 // tokens [0, len) are valid; the lengths live in the session (host). New
 // keys/values are scattered in with mf_kv_write (RoPE fused) from the
 // strided q|k|v GEMM output.
-#ifndef MF_MODEL_KV_CACHE_H
-#define MF_MODEL_KV_CACHE_H
+#ifndef MF_RUNTIME_KV_CACHE_H
+#define MF_RUNTIME_KV_CACHE_H
 
 #include "minfer/backend.h"
 
@@ -41,4 +41,4 @@ mf_tensor mf_kv_cache_layer(const mf_kv_cache *kv, int32_t layer, int which);
 #ifdef __cplusplus
 }
 #endif
-#endif // MF_MODEL_KV_CACHE_H
+#endif // MF_RUNTIME_KV_CACHE_H
