@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "minfer/minfer.h"
-#include "model/arch/config.h"
+#include "model/arch/arch.h"
 #include "model/load/safetensors.h"
 
 static int n_pass, n_fail;

@@ -1,9 +1,15 @@
-// The family table and the shared part of config -> spec (arch.h).
+// The family table, and through it config.json -> mf_model_config (the
+// family reads its fields) -> mf_dec_spec (the shared part, then the family's).
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "model/arch/arch.h"
+#include "model/fileio.h"
+
+static const size_t kMaxConfigBytes = (size_t)16 << 20;
 
 // One line per family; messages list classes in this order.
 const mf_family *const mf_families[] = {
@@ -133,4 +139,113 @@ mf_status mf_spec_from_config(const mf_model_config *c, const char *path, mf_dec
     MF_TRY(mf_dec_spec_check(s, path));
     if (out) *out = fam;
     return MF_OK;
+}
+
+const char *mf_arch_name(mf_arch a) {
+    const mf_arch_class *k = mf_arch_class_of(a);
+    return k ? k->model_type : "?";
+}
+
+// ---- config.json ----------------------------------------------------------------------
+
+// "architectures"[0] (else model_type) -> the family and class that read the rest.
+static mf_status parse_arch(const mf_cfg *c, mf_model_config *m, const mf_family **fam) {
+    const char *mt = NULL;
+    MF_TRY(mf_cfg_str(c, MF_CFG_NAMES("model_type"), NULL, &mt));
+    if (mt) snprintf(m->model_type, sizeof m->model_type, "%s", mt);
+    char known[512];
+    const mf_arch_class *k = NULL;
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(c->obj, "architectures");
+    if (archs && !cJSON_IsNull(archs)) {
+        if (!cJSON_IsArray(archs))
+            return mf_fail(MF_ERR_FORMAT, MF_CFG_FN ": field 'architectures' is not a list", c->fn);
+        if (archs->child) {
+            if (!cJSON_IsString(archs->child))
+                return mf_fail(MF_ERR_FORMAT, MF_CFG_FN ": 'architectures'[0] is not a string", c->fn);
+            const char *a = archs->child->valuestring;
+            k = mf_arch_class_find(a, NULL, fam);
+            if (!k)
+                return mf_fail(MF_ERR_UNSUPPORTED, MF_CFG_FN ": architecture '%.64s' unsupported (supported: %s)", c->fn,
+                               a, mf_arch_list(known, sizeof known, false, false));
+            m->arch = k->arch;
+            snprintf(m->arch_name, sizeof m->arch_name, "%s", a);
+            return MF_OK;
+        }
+    }
+    if (!mt) return mf_fail(MF_ERR_FORMAT, MF_CFG_FN ": missing required field 'architectures' (or 'model_type')", c->fn);
+    k = mf_arch_class_find(NULL, mt, fam);
+    if (!k)
+        return mf_fail(MF_ERR_UNSUPPORTED, MF_CFG_FN ": model_type '%.64s' unsupported (supported: %s)", c->fn, mt,
+                       mf_arch_list(known, sizeof known, true, false));
+    m->arch = k->arch;
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", k->hf_class);
+    return MF_OK;
+}
+
+mf_status mf_model_config_parse(const char *json, size_t len, const char *name, mf_model_config *out) {
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "config parse: out is NULL");
+    if (!json && len) return mf_fail(MF_ERR_INVALID_ARG, "config parse: json is NULL, len %zu", len);
+    if (!name) name = "config.json";
+    cJSON *root = NULL;
+    MF_TRY(mf_json_parse(json, len, name, "config", &root));
+    mf_status s = MF_OK;
+    mf_model_config m;
+    memset(&m, 0, sizeof m);
+    mf_cfg c = {root, name, ""};
+    if (!cJSON_IsObject(root)) s = mf_fail(MF_ERR_FORMAT, MF_CFG_FN ": not a JSON object", name);
+    const mf_family *fam = NULL;
+    if (s == MF_OK) s = parse_arch(&c, &m, &fam);
+    if (s == MF_OK) s = fam->parse_config(&c, &m);
+    if (s == MF_OK) s = mf_model_config_check(&c, &m);
+    cJSON_Delete(root);
+    if (s == MF_OK) *out = m;
+    return s;
+}
+
+mf_status mf_model_config_load(const char *path, mf_model_config *out) {
+    if (!path || !out) return mf_fail(MF_ERR_INVALID_ARG, "config load: NULL argument");
+    struct stat st;
+    char *joined = NULL;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        joined = mf_path_join(path, "config.json");
+        if (!joined) return mf_fail(MF_ERR_OOM, MF_CFG_FN ": cannot allocate a path", path);
+        path = joined;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    mf_status s = mf_file_read_all(path, kMaxConfigBytes, &text, &len);
+    if (s == MF_OK) s = mf_model_config_parse(text, len, path, out);
+    free(text);
+    free(joined);
+    return s;
+}
+
+const char *mf_model_config_describe(const mf_model_config *c, char *buf, size_t n) {
+    if (!buf || n == 0) return buf;
+    if (!c) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    size_t k = (size_t)snprintf(buf, n,
+                                "%s: %lld layers, hidden %lld, heads %lld (kv %lld, head_dim %lld), ffn %lld, "
+                                "vocab %lld, max_pos %lld, %s eps %g, %s",
+                                mf_arch_name(c->arch), (long long)c->n_layers, (long long)c->hidden,
+                                (long long)c->n_heads, (long long)c->n_kv_heads, (long long)c->head_dim,
+                                (long long)c->ffn, (long long)c->vocab_size, (long long)c->max_pos,
+                                c->norm == MF_NORM_LAYERNORM ? "layernorm" : "rmsnorm", c->norm_eps,
+                                mf_hidden_act_name(c->act));
+    if (k < n && !c->learned_pos) {
+        k += (size_t)snprintf(buf + k, n - k, ", rope theta %g", c->rope_theta);
+        if (k < n && c->rope_scaling.type == MF_ROPE_SCALING_LINEAR)
+            k += (size_t)snprintf(buf + k, n - k, " (linear x%g)", c->rope_scaling.factor);
+        if (k < n && c->rope_scaling.type == MF_ROPE_SCALING_LLAMA3)
+            k += (size_t)snprintf(buf + k, n - k, " (llama3 x%g, orig %lld)", c->rope_scaling.factor,
+                                  (long long)c->rope_scaling.original_max_pos);
+    }
+    if (k < n && c->n_experts)
+        k += (size_t)snprintf(buf + k, n - k, ", experts %lld top-%lld", (long long)c->n_experts,
+                              (long long)c->n_experts_per_tok);
+    if (k < n && c->tie_word_embeddings) k += (size_t)snprintf(buf + k, n - k, ", tied embeddings");
+    if (k < n) snprintf(buf + k, n - k, ", %.2fM params", (double)c->n_params / 1e6);
+    return buf;
 }

@@ -19,9 +19,8 @@
 #include <stddef.h>
 
 #include "model/arch/config.h"
-#include "model/arch/config_read.h"
 #include "model/arch/spec.h"
-#include "model/load/weights.h"
+#include "model/arch/wplan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,6 +73,18 @@ const char *mf_arch_list(char *buf, size_t n, bool by_type, bool runnable_only);
 // writes "small, medium, ..." into buf.
 const mf_arch_preset *mf_preset_find(const char *name, const mf_family **fam);
 const char *mf_preset_list(char *buf, size_t n);
+
+// Parses config.json text (len bytes, need not be NUL-terminated); `name`
+// stands for the file in messages. *out is written only on success.
+mf_status mf_model_config_parse(const char *json, size_t len, const char *name, mf_model_config *out);
+// Reads and parses a config.json; path may be the file or its directory.
+mf_status mf_model_config_load(const char *path, mf_model_config *out);
+
+// The model_type of a class: "gpt2", "llama", "mistral", "qwen2", "mixtral", "qwen2_moe".
+const char *mf_arch_name(mf_arch a);
+// One line: "llama: 32 layers, hidden 4096, heads 32 (kv 8, head_dim 128), ffn 14336, ..."
+// into buf (truncated to n); returns buf.
+const char *mf_model_config_describe(const mf_model_config *c, char *buf, size_t n);
 
 // config -> spec: the shared part (sizes, norms, RoPE, tokens, the class's
 // model_type as s->arch), then the family's to_spec, then mf_dec_spec_check.

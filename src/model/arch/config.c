@@ -1,5 +1,6 @@
-// config.json -> mf_model_config: HF's field names and class defaults, every
-// value range-checked.
+// mf_model_config: reading config.json's fields (HF's names and class
+// defaults, every value range-checked) for the family files, and the checks
+// that tie the fields together. The family table (arch.c) drives the parse.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,20 +9,11 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/arch/arch.h"
 #include "model/arch/config.h"
-#include "model/arch/config_read.h"
-#include "model/fileio.h"
 
 #define NAME_FMT MF_CFG_FN
-#define MAX_CONFIG_BYTES (16u << 20)
 #define JSON_INT_MAX 9007199254740992.0 // 2^53: integers a double holds exactly
 #define SIZE_MAX32 MF_CFG_MAX32
-
-const char *mf_arch_name(mf_arch a) {
-    const mf_arch_class *k = mf_arch_class_of(a);
-    return k ? k->model_type : "?";
-}
 
 const char *mf_hidden_act_name(mf_hidden_act a) {
     switch (a) {
@@ -142,40 +134,6 @@ mf_status mf_cfg_refuse_num(const mf_cfg *c, const char *name, double ok, const 
 
 // ---- the parts -----------------------------------------------------------------------
 
-// "architectures"[0] (else model_type) -> the family and class that read the rest.
-static mf_status parse_arch(const mf_cfg *c, mf_model_config *m, const mf_family **fam) {
-    const char *mt = NULL;
-    MF_TRY(mf_cfg_str(c, MF_CFG_NAMES("model_type"), NULL, &mt));
-    if (mt) snprintf(m->model_type, sizeof m->model_type, "%s", mt);
-    char known[512];
-    const mf_arch_class *k = NULL;
-    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(c->obj, "architectures");
-    if (archs && !cJSON_IsNull(archs)) {
-        if (!cJSON_IsArray(archs))
-            return mf_fail(MF_ERR_FORMAT, NAME_FMT ": field 'architectures' is not a list", c->fn);
-        if (archs->child) {
-            if (!cJSON_IsString(archs->child))
-                return mf_fail(MF_ERR_FORMAT, NAME_FMT ": 'architectures'[0] is not a string", c->fn);
-            const char *a = archs->child->valuestring;
-            k = mf_arch_class_find(a, NULL, fam);
-            if (!k)
-                return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": architecture '%.64s' unsupported (supported: %s)", c->fn,
-                               a, mf_arch_list(known, sizeof known, false, false));
-            m->arch = k->arch;
-            snprintf(m->arch_name, sizeof m->arch_name, "%s", a);
-            return MF_OK;
-        }
-    }
-    if (!mt) return missing(c, MF_CFG_NAMES("architectures", "model_type"));
-    k = mf_arch_class_find(NULL, mt, fam);
-    if (!k)
-        return mf_fail(MF_ERR_UNSUPPORTED, NAME_FMT ": model_type '%.64s' unsupported (supported: %s)", c->fn, mt,
-                       mf_arch_list(known, sizeof known, true, false));
-    m->arch = k->arch;
-    snprintf(m->arch_name, sizeof m->arch_name, "%s", k->hf_class);
-    return MF_OK;
-}
-
 mf_status mf_cfg_act(const mf_cfg *c, const char *const *names, const char *def, mf_hidden_act *out) {
     const char *a = NULL;
     MF_TRY(mf_cfg_str(c, names, def, &a));
@@ -283,23 +241,6 @@ mf_status mf_cfg_token_ids(const mf_cfg *c, mf_model_config *m, int32_t def_bos,
     return MF_OK;
 }
 
-static void parse_torch_dtype(const mf_cfg *c, mf_model_config *m) {
-    const char *w;
-    const cJSON *v = mf_cfg_field(c, MF_CFG_NAMES("torch_dtype", "dtype"), &w);
-    m->has_torch_dtype = false;
-    if (!cJSON_IsString(v)) return; // informational only: anything else is ignored
-    static const struct {
-        const char *name;
-        mf_dtype dt;
-    } names[] = {{"float32", MF_DTYPE_F32}, {"float16", MF_DTYPE_F16}, {"bfloat16", MF_DTYPE_BF16}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(v->valuestring, names[i].name) == 0) {
-            m->has_torch_dtype = true;
-            m->torch_dtype = names[i].dt;
-        }
-    }
-}
-
 static int64_t mul64(bool *ovf, int64_t a, int64_t b) {
     int64_t r;
     if (__builtin_mul_overflow(a, b, &r)) *ovf = true;
@@ -339,8 +280,25 @@ static bool count_params(const mf_model_config *m, int64_t *out) {
     return !o;
 }
 
-// Checks that tie the fields together.
-static mf_status check_shapes(const mf_cfg *c, mf_model_config *m) {
+static void parse_torch_dtype(const mf_cfg *c, mf_model_config *m) {
+    const char *w;
+    const cJSON *v = mf_cfg_field(c, MF_CFG_NAMES("torch_dtype", "dtype"), &w);
+    m->has_torch_dtype = false;
+    if (!cJSON_IsString(v)) return; // informational only: anything else is ignored
+    static const struct {
+        const char *name;
+        mf_dtype dt;
+    } names[] = {{"float32", MF_DTYPE_F32}, {"float16", MF_DTYPE_F16}, {"bfloat16", MF_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(v->valuestring, names[i].name) == 0) {
+            m->has_torch_dtype = true;
+            m->torch_dtype = names[i].dt;
+        }
+    }
+}
+
+mf_status mf_model_config_check(const mf_cfg *c, mf_model_config *m) {
+    parse_torch_dtype(c, m);
     if (m->n_kv_heads > m->n_heads)
         return mf_fail(MF_ERR_FORMAT, NAME_FMT ": n_kv_heads %lld exceeds n_heads %lld", c->fn,
                        (long long)m->n_kv_heads, (long long)m->n_heads);
@@ -365,75 +323,4 @@ static mf_status check_shapes(const mf_cfg *c, mf_model_config *m) {
     if (!count_params(m, &m->n_params))
         return mf_fail(MF_ERR_FORMAT, NAME_FMT ": the parameter count of these sizes overflows int64", c->fn);
     return MF_OK;
-}
-
-// ---- entry points --------------------------------------------------------------------
-
-mf_status mf_model_config_parse(const char *json, size_t len, const char *name, mf_model_config *out) {
-    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "config parse: out is NULL");
-    if (!json && len) return mf_fail(MF_ERR_INVALID_ARG, "config parse: json is NULL, len %zu", len);
-    if (!name) name = "config.json";
-    cJSON *root = NULL;
-    MF_TRY(mf_json_parse(json, len, name, "config", &root));
-    mf_status s = MF_OK;
-    mf_model_config m;
-    memset(&m, 0, sizeof m);
-    mf_cfg c = {root, name, ""};
-    if (!cJSON_IsObject(root)) s = mf_fail(MF_ERR_FORMAT, NAME_FMT ": not a JSON object", name);
-    const mf_family *fam = NULL;
-    if (s == MF_OK) s = parse_arch(&c, &m, &fam);
-    if (s == MF_OK) s = fam->parse_config(&c, &m);
-    if (s == MF_OK) s = check_shapes(&c, &m);
-    if (s == MF_OK) parse_torch_dtype(&c, &m);
-    cJSON_Delete(root);
-    if (s == MF_OK) *out = m;
-    return s;
-}
-
-mf_status mf_model_config_load(const char *path, mf_model_config *out) {
-    if (!path || !out) return mf_fail(MF_ERR_INVALID_ARG, "config load: NULL argument");
-    struct stat st;
-    char *joined = NULL;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        joined = mf_path_join(path, "config.json");
-        if (!joined) return mf_fail(MF_ERR_OOM, NAME_FMT ": cannot allocate a path", path);
-        path = joined;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    mf_status s = mf_file_read_all(path, MAX_CONFIG_BYTES, &text, &len);
-    if (s == MF_OK) s = mf_model_config_parse(text, len, path, out);
-    free(text);
-    free(joined);
-    return s;
-}
-
-const char *mf_model_config_describe(const mf_model_config *c, char *buf, size_t n) {
-    if (!buf || n == 0) return buf;
-    if (!c) {
-        snprintf(buf, n, "(null)");
-        return buf;
-    }
-    size_t k = (size_t)snprintf(buf, n,
-                                "%s: %lld layers, hidden %lld, heads %lld (kv %lld, head_dim %lld), ffn %lld, "
-                                "vocab %lld, max_pos %lld, %s eps %g, %s",
-                                mf_arch_name(c->arch), (long long)c->n_layers, (long long)c->hidden,
-                                (long long)c->n_heads, (long long)c->n_kv_heads, (long long)c->head_dim,
-                                (long long)c->ffn, (long long)c->vocab_size, (long long)c->max_pos,
-                                c->norm == MF_NORM_LAYERNORM ? "layernorm" : "rmsnorm", c->norm_eps,
-                                mf_hidden_act_name(c->act));
-    if (k < n && !c->learned_pos) {
-        k += (size_t)snprintf(buf + k, n - k, ", rope theta %g", c->rope_theta);
-        if (k < n && c->rope_scaling.type == MF_ROPE_SCALING_LINEAR)
-            k += (size_t)snprintf(buf + k, n - k, " (linear x%g)", c->rope_scaling.factor);
-        if (k < n && c->rope_scaling.type == MF_ROPE_SCALING_LLAMA3)
-            k += (size_t)snprintf(buf + k, n - k, " (llama3 x%g, orig %lld)", c->rope_scaling.factor,
-                                  (long long)c->rope_scaling.original_max_pos);
-    }
-    if (k < n && c->n_experts)
-        k += (size_t)snprintf(buf + k, n - k, ", experts %lld top-%lld", (long long)c->n_experts,
-                              (long long)c->n_experts_per_tok);
-    if (k < n && c->tie_word_embeddings) k += (size_t)snprintf(buf + k, n - k, ", tied embeddings");
-    if (k < n) snprintf(buf + k, n - k, ", %.2fM params", (double)c->n_params / 1e6);
-    return buf;
 }

@@ -1,8 +1,8 @@
 // Internal: a Hugging Face config.json, parsed and validated.
 //
-// config.c finds the family from "architectures" (or model_type) in the
-// family table (arch.h); the family's file reads its own fields through
-// config_read.h; config.c then checks the shapes. Fields take HF's names in either spelling (GPT-2's n_embd or hidden_size)
+// The family table (arch.c) finds the family from "architectures" (or
+// model_type); the family's file reads its own fields through the readers
+// below; mf_model_config_check then checks the shapes. Fields take HF's names in either spelling (GPT-2's n_embd or hidden_size)
 // and HF's class defaults where a key is absent or null. Failures:
 // MF_ERR_UNSUPPORTED for an architecture (or rope scaling, activation) minfer
 // does not run, naming it and what is supported; MF_ERR_FORMAT for a missing
@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cJSON.h>
 
 #include "minfer/status.h"
 #include "minfer/tensor.h"
@@ -114,19 +116,54 @@ typedef struct {
                                 // layers, final norm, LM head unless tied)
 } mf_model_config;
 
-// Parses config.json text (len bytes, need not be NUL-terminated); `name`
-// stands for the file in messages. *out is written only on success.
-mf_status mf_model_config_parse(const char *json, size_t len, const char *name, mf_model_config *out);
-// Reads and parses a config.json; path may be the file or its directory.
-mf_status mf_model_config_load(const char *path, mf_model_config *out);
-
-// The model_type of a class: "gpt2", "llama", "mistral", "qwen2", "mixtral", "qwen2_moe".
-const char *mf_arch_name(mf_arch a);
 // "gelu_tanh", "gelu", "silu", "relu".
 const char *mf_hidden_act_name(mf_hidden_act a);
-// One line: "llama: 32 layers, hidden 4096, heads 32 (kv 8, head_dim 128), ffn 14336, ..."
-// into buf (truncated to n); returns buf.
-const char *mf_model_config_describe(const mf_model_config *c, char *buf, size_t n);
+
+// ---- reading config.json's fields (the family files; config.c) ----------------------
+// Every reader takes HF's names (the first present, non-null one wins), a
+// default for absent or null keys (or an error naming the field when
+// required), range-checks the value, and writes *out only on success.
+
+typedef struct {
+    const cJSON *obj;   // the object fields are read from
+    const char *fn;     // file name for messages
+    const char *prefix; // "" or "rope_scaling." for messages
+} mf_cfg;
+
+// A NULL-terminated list of alternative names: MF_CFG_NAMES("n_embd", "hidden_size").
+#define MF_CFG_NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define MF_CFG_FN "%.200s"                 // how messages print the file name
+#define MF_CFG_MAX32 ((int64_t)INT32_MAX)  // the upper bound of every size
+
+// The first of names present with a non-null value (NULL when none); *which
+// is set to its name, or to names[0].
+const cJSON *mf_cfg_field(const mf_cfg *c, const char *const *names, const char **which);
+// An integer in [lo, hi]; def when absent or null (or an error when required).
+mf_status mf_cfg_int(const mf_cfg *c, const char *const *names, bool required, int64_t def, int64_t lo, int64_t hi,
+                     int64_t *out);
+// A finite number; *which: the name it came from.
+mf_status mf_cfg_num(const mf_cfg *c, const char *const *names, bool required, double def, double *out,
+                     const char **which);
+// A number > 0 (epsilons, theta, scaling factors).
+mf_status mf_cfg_pos(const mf_cfg *c, const char *const *names, bool required, double def, double *out);
+mf_status mf_cfg_bool(const mf_cfg *c, const char *name, bool def, bool *out);
+// A string; def when absent or null. *out points into the JSON.
+mf_status mf_cfg_str(const mf_cfg *c, const char *const *names, const char *def, const char **out);
+// An activation name (gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, silu, swish, relu).
+mf_status mf_cfg_act(const mf_cfg *c, const char *const *names, const char *def, mf_hidden_act *out);
+// rope_theta (already read into *theta, overridden by rope_parameters) and
+// rope_scaling / rope_parameters (none, linear, llama3).
+mf_status mf_cfg_rope(const mf_cfg *c, double *theta, mf_rope_scaling *rs);
+// bos_token_id / eos_token_id with the class defaults (-1: none).
+mf_status mf_cfg_token_ids(const mf_cfg *c, mf_model_config *m, int32_t def_bos, int32_t def_eos);
+// MF_ERR_UNSUPPORTED naming `name` when the field is present and not equal
+// to `ok` (a number): a detail the decoder does not implement.
+mf_status mf_cfg_refuse_num(const mf_cfg *c, const char *name, double ok, const char *why);
+
+// The checks that tie a family's fields together (GQA, head_dim, widths that
+// kernels index with 32 bits, the parameter count) and torch_dtype; after
+// the family's parse_config.
+mf_status mf_model_config_check(const mf_cfg *c, mf_model_config *m);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
-// The weight planner a family's weight map calls (weights.h, wplan.h): one
-// slot per destination view, named after the checkpoint's tensors.
+// The weight planner a family's weight map calls (wplan.h): one slot per
+// destination view, named after the checkpoint's tensors.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +38,7 @@ static wslot *plan_add(wplan *p, mf_tensor *dst) {
     return s;
 }
 
-bool mf_wplan_has(const mf_wplan *p, const char *name) { return p->st && mf_st_lookup(p->st, name); }
+bool mf_wplan_has(const mf_wplan *p, const char *name) { return p->st && p->has && p->has(p->st, name); }
 
 void mf_wplan_vec(mf_wplan *p, mf_tensor *dst, int64_t n, float mean, const char *fmt, ...) {
     wslot *s = plan_add(p, dst);

@@ -117,7 +117,7 @@ mf_status mf_model_alloc(mf_backend *be, const mf_model_opts *opts, const char *
 }
 
 mf_weights_target mf_model_wtarget(const mf_model *m, bool verbose) {
-    return (mf_weights_target){.spec = &m->spec, .fam = m->fam, .be = m->be, .dtype = m->dtype,
+    return (mf_weights_target){.spec = &m->spec, .map = m->fam ? m->fam->weight_map : NULL, .be = m->be, .dtype = m->dtype,
                                .mat_dtype = m->mat_dtype, .mat_auto = m->mat_auto, .verbose = verbose};
 }
 

@@ -43,7 +43,7 @@ typedef enum {
     MF_ST_DTYPE_COUNT
 } mf_st_dtype;
 
-typedef struct {
+typedef struct mf_st_tensor {
     const char *name;               // key in the header; valid until mf_st_close
     const char *file;               // path of the file (shard) holding it, for messages
     int32_t shard;                  // index of that shard, 0 .. mf_st_shard_count()-1

@@ -17,9 +17,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/arch/arch.h"
 #include "model/load/weights.h"
-#include "model/arch/wplan.h"
 
 #define MF_W_ALIGN 256
 
@@ -334,13 +332,14 @@ static mf_status alloc_layers(mf_weights *w, const mf_weights_target *t) {
     return MF_OK;
 }
 
+static bool st_has(const mf_st_file *st, const char *name) { return mf_st_lookup(st, name) != NULL; }
+
 // The family's map into p (fuse: stack q|k|v and gate|up); an out-of-memory
 // or a malformed map is an error.
 static mf_status plan(const mf_weights_target *t, mf_weights *w, bool fuse, const mf_st_file *st, wplan *p) {
-    p->n = 0, p->fuse = fuse, p->st = st;
-    if (!t->fam || !t->fam->weight_map)
-        return mf_fail(MF_ERR_UNSUPPORTED, "model: family %s has no weight map", t->fam ? t->fam->name : "(none)");
-    t->fam->weight_map(t->spec, w, p);
+    p->n = 0, p->fuse = fuse, p->st = st, p->has = st_has;
+    if (!t->map) return mf_fail(MF_ERR_UNSUPPORTED, "model: %s has no weight map", t->spec->arch);
+    t->map(t->spec, w, p);
     return p->oom ? mf_fail(MF_ERR_OOM, "model: out of host memory for the weight plan") : MF_OK;
 }
 

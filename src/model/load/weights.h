@@ -1,12 +1,5 @@
-// Internal: a model's weights as tensor views, and how they get there.
-//
-// Every matrix is stored as the GEMM `b` operand it is used as, (in, out):
-// a torch Linear weight (out, in) is seen transposed (free), GPT-2's Conv1D
-// weight is already (in, out). Where weights are copied anyway (CUDA, or a
-// CPU checkpoint in f16/bf16), Llama's q|k|v and gate|up are stacked into one
-// matrix each so that one GEMM computes them; f32 weights used in place from
-// the mmap keep them separate (n_qkv == 3, n_up == 2), and the forward writes
-// the separate GEMMs side by side into the same output.
+// Internal: loading a model's weights (arch/wplan.h: the views and their
+// plan) from a checkpoint, or generating them.
 //
 // Memory: one backend allocation (`block`) holds every weight that is not
 // used in place, plus the RoPE frequencies. CPU: vectors (norms, biases) in
@@ -21,93 +14,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/error.h"
-#include "minfer/backend.h"
-#include "model/load/safetensors.h"
 #include "model/arch/spec.h"
+#include "model/arch/wplan.h"
+#include "model/load/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct {
-    mf_tensor w;    // (in, out) GEMM b operand
-    mf_tensor bias; // (out); bias.data == NULL: none
-} mf_linear;
-
-typedef struct {
-    mf_tensor norm1_w, norm1_b; // (hidden): the attention's norm (GPT-2 ln_1, Llama input_layernorm);
-                                // norm*_b.data NULL for RMSNorm
-    mf_tensor norm2_w, norm2_b; // (hidden): the MLP's (ln_2, post_attention_layernorm)
-    mf_linear qkv[3];           // fused (hidden, (H + 2G) * D), or q (hidden, H*D), k, v (hidden, G*D)
-    int32_t n_qkv;              // 1 or 3
-    mf_linear o;                // (H*D, hidden)
-    mf_linear up[2];            // gated: gate|up (hidden, 2*ffn) or gate, up (hidden, ffn); dense: fc (hidden, ffn)
-    int32_t n_up;               // 1 or 2
-    mf_linear down;             // (ffn, hidden): down_proj / mlp.c_proj
-    // Mixture of experts (spec n_experts > 0; up and down are then unused).
-    // Torch Linear layouts (out, in), as mf_moe takes them; always copied
-    // (the experts are packed at load: one tensor for all E).
-    mf_tensor router;           // (E, hidden): router logits = x . router^T
-    mf_tensor experts_w1;       // (E, 2 ffn, hidden) gated: per expert gate rows | up rows; (E, ffn, hidden) GELU
-    mf_tensor experts_w2;       // (E, hidden, ffn): per expert down
-    mf_tensor shared_w1;        // (2 shared_ffn, hidden) gate | up; data NULL: no shared expert
-    mf_tensor shared_w2;        // (hidden, shared_ffn)
-    mf_tensor shared_gate;      // (1, hidden); data NULL: ungated shared expert
-} mf_layer_weights;
-
-typedef struct {
-    mf_tensor tok_emb;          // (vocab, hidden)
-    mf_tensor pos_emb;          // (max_pos, hidden) learned positions; data NULL for RoPE
-    mf_layer_weights *layers;   // (n_layers), host array of views
-    mf_tensor final_w, final_b; // (hidden) final norm; data NULL when the model has none
-    mf_linear lm_head;          // (hidden, vocab): lm_head.weight^T, or tok_emb^T when tied
-    mf_tensor inv_freq;         // (head_dim / 2) f32 RoPE frequencies; data NULL without RoPE
-    void *block;                // the one backend allocation
-    int64_t block_bytes;
-    int64_t weight_bytes;       // bytes of weights on the backend (block + used in place)
-    mf_dtype mat_dtype;         // the dtype of most of the matrices' bytes
-    mf_st_file *st;             // the checkpoint, kept mapped while views point into it
-    mf_backend *be;
-} mf_weights;
-
-struct mf_family;
-
-// ---- the planner a family's weight map calls (arch.h; wplan.c) --------------------------
-// One call per destination view, in any order; names are printf formats.
-// Sizes are what the spec implies: a checkpoint tensor of another shape or
-// dtype, or a missing one, fails the load naming the tensor and its file.
-typedef struct mf_wplan mf_wplan;
-
-// Whether the checkpoint has tensor `name` (false for random weights): for
-// layouts that differ by prefix (GPT-2's "transformer.").
-bool mf_wplan_has(const mf_wplan *p, const char *name);
-// A vector (n) NAME; random init: mean + 0.02 N(0, 1) (mean 1 for norm gains, 0 for biases).
-void mf_wplan_vec(mf_wplan *p, mf_tensor *dst, int64_t n, float mean, const char *fmt, ...) MF_PRINTF(5, 6);
-// A matrix NAME stored (rows, cols); transposed: seen as (cols, rows) (a torch
-// Linear weight seen as the GEMM b operand (in, out)).
-void mf_wplan_mat(mf_wplan *p, mf_tensor *dst, bool transposed, int64_t rows, int64_t cols, const char *fmt, ...)
-    MF_PRINTF(6, 7);
-// n torch Linear layers base[i].weight (out[i], in) (+ base[i].bias when
-// bias): stacked into lin[0] when the load copies weights anyway (*n_out = 1),
-// else lin[0..n) (*n_out = n); n_out may be NULL when n == 1.
-void mf_wplan_linears(mf_wplan *p, mf_linear *lin, int32_t *n_out, int n, const char *const *base,
-                      const int64_t *out, int64_t in, bool bias);
-// n_src (1..3) torch-layout matrices stacked along dim 0 into one (sum rows,
-// cols) view, never transposed, always copied (the shared expert's gate|up).
-// With n_rep > 0 (experts), n_rep groups of those: source j of group e is
-// named prefix[j] + e + suffix[j] (".experts.3.w1.weight"), and the view is
-// (n_rep, sum rows, cols).
-void mf_wplan_stack(mf_wplan *p, mf_tensor *dst, int32_t n_rep, int n_src, const char *const *prefix,
-                    const char *const *suffix, const int64_t *rows, int64_t cols);
-// GPT-2's Conv1D NAME.weight stored (in, out) + NAME.bias (out).
-void mf_wplan_conv1d(mf_wplan *p, mf_linear *lin, int64_t in, int64_t out, const char *fmt, ...) MF_PRINTF(5, 6);
-
 // ---- loading -----------------------------------------------------------------------------
 // What the weights are for: the spec, its family's weight map, the backend and dtype.
 typedef struct {
     const mf_dec_spec *spec;
-    const struct mf_family *fam;
+    void (*map)(const mf_dec_spec *s, mf_weights *w, mf_wplan *p); // the family's weight map (arch.h)
     mf_backend *be;
     mf_dtype dtype;           // vectors (CUDA: every weight, = mat_dtype); the CPU's is f32
     mf_dtype mat_dtype;       // matrices (2-D and the experts' 3-D)
