@@ -13,7 +13,7 @@
 //
 // Shapes for a block of nq queries of a segment (positions pos0 + q0 ..):
 //   Q:  (G, grp * nq, D)   rows (h, t). MHA (grp == 1) and single queries:
-//                          a strided view of s->qkv's q columns; GQA blocks:
+//                          a strided view of s->dev.qkv's q columns; GQA blocks:
 //                          a head-major copy (rows of two heads interleave)
 //   K:  (G, D, T_k)        strides (D, 1, G * D) into the cache, keys [k0, k0 + T_k)
 //   S:  (G, grp * nq, T_k) f32, row stride ld (T_k rounded up to 8: 16-byte
@@ -21,9 +21,9 @@
 //                          for the softmax: causal, bottom-right aligned
 //   P:  same, activation dtype (the CPU softmaxes S in place)
 //   V:  (G, T_k, D)        strides (D, G * D, 1)
-//   O:  (G, grp * nq, D)   written straight into s->ctx's rows when Q was a
+//   O:  (G, grp * nq, D)   written straight into s->dev.ctx's rows when Q was a
 //                          view, else head-major and copied back
-// Queries go in blocks of s->q_block rows (a multiple of 64 where the budget
+// Queries go in blocks of s->dims.q_block rows (a multiple of 64 where the budget
 // allows) so that S stays within its scratch however long the sequence.
 // Sliding window (the model's sliding_window W > 0 and a longer cache): one
 // query per block, whose keys are the last W up to its own position: the
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "runtime/session.h"
+#include "runtime/attention_classic.h"
 
 // A 3-D view (b, r, c) with the given element strides.
 static mf_tensor view3(void *data, mf_dtype dt, mf_device dev, int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr,
@@ -60,54 +60,53 @@ static mf_status classic_block(mf_session *s, int32_t layer, const mf_fwd_seg *g
     const mf_tensor kc = mf_kv_cache_view(&s->kv, layer, 0, g->slot, k0, 1);
     const mf_tensor vc = mf_kv_cache_view(&s->kv, layer, 1, g->slot, k0, 1);
     const int64_t tk = k1 - k0, ld = (tk + 7) / 8 * 8;
-    const int64_t row = g->row0 + q0; // first query row in s->qkv / s->ctx
+    const int64_t row = g->row0 + q0; // first query row in s->dev.qkv / s->dev.ctx
     const bool view = nq == 1 || grp == 1; // Q and O as strided views, no copies
 
     mf_tensor q;
     if (nq == 1) {
-        q = view3(at(&s->qkv, row * qkv_w), dt, dev, G, grp, D, grp * D, D, 1);
+        q = view3(at(&s->dev.qkv, row * qkv_w), dt, dev, G, grp, D, grp * D, D, 1);
     } else if (grp == 1) {
-        q = view3(at(&s->qkv, row * qkv_w), dt, dev, G, nq, D, D, qkv_w, 1);
+        q = view3(at(&s->dev.qkv, row * qkv_w), dt, dev, G, nq, D, D, qkv_w, 1);
     } else {
-        mf_copy_args c = {.src = view3(at(&s->qkv, row * qkv_w), dt, dev, H, nq, D, D, qkv_w, 1),
-                          .dst = view3(s->q_hm.data, dt, dev, H, nq, D, nq * D, D, 1)};
+        mf_copy_args c = {.src = view3(at(&s->dev.qkv, row * qkv_w), dt, dev, H, nq, D, D, qkv_w, 1),
+                          .dst = view3(s->dev.q_hm.data, dt, dev, H, nq, D, nq * D, D, 1)};
         MF_TRY(mf_copy(mf_role(s, "q_head_major"), &c));
-        q = view3(s->q_hm.data, dt, dev, G, grp * nq, D, grp * nq * D, D, 1);
+        q = view3(s->dev.q_hm.data, dt, dev, G, grp * nq, D, grp * nq * D, D, 1);
     }
-    const mf_tensor scores = view3(s->scores.data, MF_DTYPE_F32, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
+    const mf_tensor scores = view3(s->dev.scores.data, MF_DTYPE_F32, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
     mf_gemm_args qk = {.a = q, .b = view3(kc.data, dt, dev, G, D, tk, D, 1, G * D), .c = scores, .alpha = 1.0f};
     MF_TRY(mf_gemm(mf_role(s, "scores"), &qk));
 
     mf_softmax_args sm = {.scale = 1.0f / sqrtf((float)D), .causal = true};
     mf_tensor x4;
     memset(&x4, 0, sizeof x4);
-    x4.data = s->scores.data, x4.dtype = MF_DTYPE_F32, x4.device = dev, x4.ndim = 4;
+    x4.data = s->dev.scores.data, x4.dtype = MF_DTYPE_F32, x4.device = dev, x4.ndim = 4;
     x4.shape[0] = 1, x4.shape[1] = H, x4.shape[2] = nq, x4.shape[3] = tk;
     x4.stride[0] = H * nq * ld, x4.stride[1] = nq * ld, x4.stride[2] = ld, x4.stride[3] = 1;
     mf_tensor y4 = x4;
-    y4.data = s->probs.data, y4.dtype = s->probs.dtype;
+    y4.data = s->dev.probs.data, y4.dtype = s->dev.probs.dtype;
     sm.x = x4, sm.y = y4;
     MF_TRY(mf_softmax(mf_role(s, "attn"), &sm));
 
-    const mf_tensor p = view3(s->probs.data, s->probs.dtype, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
+    const mf_tensor p = view3(s->dev.probs.data, s->dev.probs.dtype, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
     mf_gemm_args pv = {.a = p, .b = view3(vc.data, dt, dev, G, tk, D, D, G * D, 1), .alpha = 1.0f};
     if (view) {
-        pv.c = nq == 1 ? view3(at(&s->ctx, row * ctx_w), dt, dev, G, grp, D, grp * D, D, 1)
-                       : view3(at(&s->ctx, row * ctx_w), dt, dev, G, nq, D, D, ctx_w, 1);
+        pv.c = nq == 1 ? view3(at(&s->dev.ctx, row * ctx_w), dt, dev, G, grp, D, grp * D, D, 1)
+                       : view3(at(&s->dev.ctx, row * ctx_w), dt, dev, G, nq, D, D, ctx_w, 1);
         return mf_gemm(mf_role(s, "pv"), &pv);
     }
-    pv.c = view3(s->ctx_hm.data, dt, dev, G, grp * nq, D, grp * nq * D, D, 1);
+    pv.c = view3(s->dev.ctx_hm.data, dt, dev, G, grp * nq, D, grp * nq * D, D, 1);
     MF_TRY(mf_gemm(mf_role(s, "pv"), &pv));
-    mf_copy_args c = {.src = view3(s->ctx_hm.data, dt, dev, H, nq, D, nq * D, D, 1),
-                      .dst = view3(at(&s->ctx, row * ctx_w), dt, dev, H, nq, D, D, ctx_w, 1)};
+    mf_copy_args c = {.src = view3(s->dev.ctx_hm.data, dt, dev, H, nq, D, nq * D, D, 1),
+                      .dst = view3(at(&s->dev.ctx, row * ctx_w), dt, dev, H, nq, D, D, ctx_w, 1)};
     return mf_copy(mf_role(s, "attn_out"), &c);
 }
 
-mf_status mf_attention_classic(mf_session *s, int32_t layer, int32_t n_segs, int64_t T) {
-    (void)T;
+mf_status mf_attention_classic(mf_session *s, int32_t layer, int32_t n_segs) {
     const int64_t W = s->m->spec.sliding_window;
     for (int32_t i = 0; i < n_segs; i++) {
-        const mf_fwd_seg *g = &s->segs[i];
+        const mf_fwd_seg *g = &s->host.segs[i];
         if (W > 0 && g->pos0 + g->n > W) { // windowed: one query at a time over its last W keys
             for (int64_t t = 0; t < g->n; t++) {
                 const int64_t k1 = g->pos0 + t + 1, k0 = k1 > W ? k1 - W : 0;
@@ -115,8 +114,8 @@ mf_status mf_attention_classic(mf_session *s, int32_t layer, int32_t n_segs, int
             }
             continue;
         }
-        for (int64_t q0 = 0; q0 < g->n; q0 += s->q_block) {
-            const int64_t nq = g->n - q0 < s->q_block ? g->n - q0 : s->q_block;
+        for (int64_t q0 = 0; q0 < g->n; q0 += s->dims.q_block) {
+            const int64_t nq = g->n - q0 < s->dims.q_block ? g->n - q0 : s->dims.q_block;
             MF_TRY(classic_block(s, layer, g, q0, nq, 0, g->pos0 + q0 + nq));
         }
     }

@@ -10,27 +10,20 @@
 //
 // The two blocks are small functions (attention_block, mlp_block) so that a
 // mixture-of-experts MLP or another attention op replaces one call; the
-// attention over the cache itself is s->attention: mf_attention_flash below
-// (the default) or mf_attention_classic (attention_classic.c, the "before").
+// attention over the cache itself is attention_flash below (the default) or
+// mf_attention_classic (attention_classic.c, the "before").
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "runtime/session.h"
+#include "runtime/attention_classic.h"
+#include "runtime/forward.h"
 
 // ---- views ------------------------------------------------------------------------------
 
-// Rows [r0, r0 + n) of a 2-D tensor.
-static mf_tensor rows_of(const mf_tensor *t, int64_t r0, int64_t n) {
-    mf_tensor v = *t;
-    v.data = (char *)t->data + r0 * t->stride[0] * (int64_t)mf_dtype_size(t->dtype);
-    v.shape[0] = n;
-    return v;
-}
-
 // Columns [c0, c0 + w) of rows [r0, r0 + n) of a row-major 2-D tensor.
 static mf_tensor block_of(const mf_tensor *t, int64_t r0, int64_t n, int64_t c0, int64_t w) {
-    mf_tensor v = rows_of(t, r0, n);
+    mf_tensor v = mf_rows_of(t, r0, n);
     v.data = (char *)v.data + c0 * (int64_t)mf_dtype_size(t->dtype);
     v.shape[1] = w;
     return v;
@@ -71,45 +64,45 @@ static mf_status norm(mf_session *s, const char *what, const mf_tensor *x, const
 
 // ---- blocks ---------------------------------------------------------------------------------
 
+// All segments of the step in one mf_attention over the cache (cache mode:
+// segment i is q rows [seg_cu[i], seg_cu[i+1]) against keys [0, seg_klen[i])
+// of slot seg_slot[i]); causal, and windowed when the model slides.
+static mf_status attention_flash(mf_session *s, int32_t l, int32_t n_segs, int64_t T) {
+    const mf_dec_spec *sp = &s->m->spec;
+    const int64_t H = sp->n_heads, D = sp->head_dim;
+    const mf_tensor cu = mf_rows_of(&s->dev.seg_cu, 0, n_segs + 1), slot = mf_rows_of(&s->dev.seg_slot, 0, n_segs),
+                    klen = mf_rows_of(&s->dev.seg_klen, 0, n_segs);
+    mf_attention_args a = {.q = heads_of(&s->dev.qkv, 0, T, 0, H, D), .k = mf_kv_cache_layer(&s->kv, l, 0),
+                           .v = mf_kv_cache_layer(&s->kv, l, 1), .o = heads_of(&s->dev.ctx, 0, T, 0, H, D),
+                           .cu_seqlens_q = &cu, .k_lens = &klen, .slots = &slot, .batch = n_segs,
+                           .max_q_len = s->host.max_q,
+                           // decode steps bound the keys by max_seq, as a recorded graph must: the
+                           // split-KV choice, and so the rounding, is then the same with and without graphs
+                           .max_k_len = s->host.max_q == 1 ? s->max_seq : s->host.max_k,
+                           .scale = 1.0f / sqrtf((float)D), .causal = true, .window = sp->sliding_window,
+                           .workspace = s->dev.attn_ws, .workspace_bytes = s->dev.attn_ws_bytes};
+    return mf_attention(mf_role(s, s->host.max_q == 1 ? "decode" : "prefill"), &a);
+}
+
 // out (T, hidden) = o_proj(attention(q, k, v of x)). One mf_kv_write puts the
 // new keys and values of every segment into the cache (rotating q and k on
-// the way when the model uses RoPE), then s->attention runs all segments.
+// the way when the model uses RoPE), then the model's attention runs all segments.
 static mf_status attention_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out, int32_t n_segs,
                                  int64_t T) {
     const mf_dec_spec *sp = &s->m->spec;
     const mf_layer_weights *L = &s->m->w.layers[l];
     const int64_t H = sp->n_heads, G = sp->n_kv_heads, D = sp->head_dim;
-    const mf_tensor qkv = rows_of(&s->qkv, 0, T);
+    const mf_tensor qkv = mf_rows_of(&s->dev.qkv, 0, T);
     MF_TRY(linear(s, "qkv", x, L->qkv, L->n_qkv, &qkv, MF_EPILOGUE_NONE));
     const mf_tensor q = heads_of(&qkv, 0, T, 0, H, D);
     mf_kv_write_args kw = {.k = heads_of(&qkv, 0, T, H * D, G, D), .v = heads_of(&qkv, 0, T, (H + G) * D, G, D),
                            .k_cache = mf_kv_cache_layer(&s->kv, l, 0), .v_cache = mf_kv_cache_layer(&s->kv, l, 1),
-                           .slot = rows_of(&s->tok_slot, 0, T), .pos = rows_of(&s->pos, 0, T)};
+                           .slot = mf_rows_of(&s->dev.tok_slot, 0, T), .pos = mf_rows_of(&s->dev.pos, 0, T)};
     if (!sp->learned_pos) kw.q = &q, kw.inv_freq = &s->m->w.inv_freq;
     MF_TRY(mf_kv_write(mf_role(s, sp->learned_pos ? "kv" : "rope_kv"), &kw));
-    MF_TRY(s->attention(s, l, n_segs, T));
-    const mf_tensor ctx = rows_of(&s->ctx, 0, T);
+    MF_TRY(s->m->attn == MF_ATTN_CLASSIC ? mf_attention_classic(s, l, n_segs) : attention_flash(s, l, n_segs, T));
+    const mf_tensor ctx = mf_rows_of(&s->dev.ctx, 0, T);
     return linear(s, "o", &ctx, &L->o, 1, out, MF_EPILOGUE_NONE);
-}
-
-// All segments of the step in one mf_attention over the cache (cache mode:
-// segment i is q rows [seg_cu[i], seg_cu[i+1]) against keys [0, seg_klen[i])
-// of slot seg_slot[i]); causal, and windowed when the model slides.
-mf_status mf_attention_flash(mf_session *s, int32_t l, int32_t n_segs, int64_t T) {
-    const mf_dec_spec *sp = &s->m->spec;
-    const int64_t H = sp->n_heads, D = sp->head_dim;
-    const mf_tensor cu = rows_of(&s->seg_cu, 0, n_segs + 1), slot = rows_of(&s->seg_slot, 0, n_segs),
-                    klen = rows_of(&s->seg_klen, 0, n_segs);
-    mf_attention_args a = {.q = heads_of(&s->qkv, 0, T, 0, H, D), .k = mf_kv_cache_layer(&s->kv, l, 0),
-                           .v = mf_kv_cache_layer(&s->kv, l, 1), .o = heads_of(&s->ctx, 0, T, 0, H, D),
-                           .cu_seqlens_q = &cu, .k_lens = &klen, .slots = &slot, .batch = n_segs,
-                           .max_q_len = s->step_max_q,
-                           // decode steps bound the keys by max_seq, as a recorded graph must: the
-                           // split-KV choice, and so the rounding, is then the same with and without graphs
-                           .max_k_len = s->step_max_q == 1 ? s->max_seq : s->step_max_k,
-                           .scale = 1.0f / sqrtf((float)D), .causal = true, .window = sp->sliding_window,
-                           .workspace = s->attn_ws, .workspace_bytes = s->attn_ws_bytes};
-    return mf_attention(mf_role(s, s->step_max_q == 1 ? "decode" : "prefill"), &a);
 }
 
 static mf_act_kind act_kind(mf_dec_act a) {
@@ -121,30 +114,19 @@ static mf_act_kind act_kind(mf_dec_act a) {
     return MF_ACT_SILU;
 }
 
-// Layer l's experts and the spec's routing as mf_moe_block takes them.
-void mf_forward_moe_layer(const mf_model *m, int32_t l, mf_moe_layer *ml, mf_moe_routing *r) {
-    const mf_dec_spec *sp = &m->spec;
-    const mf_layer_weights *L = &m->w.layers[l];
-    *ml = (mf_moe_layer){.router = L->router, .w1 = L->experts_w1, .w2 = L->experts_w2, .shared_w1 = L->shared_w1,
-                         .shared_w2 = L->shared_w2, .shared_gate = L->shared_gate};
-    *r = (mf_moe_routing){.top_k = sp->top_k, .renorm = sp->moe_renorm, .score = MF_MOE_SCORE_SOFTMAX,
-                          .order = MF_MOE_SCORE_THEN_TOPK, .routed_scale = 1.0f,
-                          .ffn = sp->gated_mlp ? MF_MOE_FFN_SWIGLU : MF_MOE_FFN_GELU};
-}
-
 // out (T, hidden) = the MLP of x: down(act(gate(x)) * up(x)) or proj(act(fc(x))),
 // or with experts the routed mixture (+ the shared expert).
 static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out, int64_t T) {
     const mf_dec_spec *sp = &s->m->spec;
     const mf_layer_weights *L = &s->m->w.layers[l];
-    if (sp->n_experts > 0) {
-        mf_moe_layer ml;
-        mf_moe_routing r;
-        mf_forward_moe_layer(s->m, l, &ml, &r);
-        return mf_moe_block(mf_role(s, "experts"), &ml, &r, x, NULL, out, s->moe_ws, s->moe_ws_bytes);
+    if (sp->n_experts > 0) { // the workspace was sized for T rows at create (session.c)
+        mf_moe_args a;
+        mf_model_moe_args(s->m, l, &a);
+        a.x = *x, a.out = *out, a.workspace = s->dev.moe_ws, a.workspace_bytes = s->dev.moe_ws_bytes;
+        return mf_moe(mf_role(s, "experts"), &a);
     }
     const int64_t F = sp->ffn;
-    const mf_tensor ff = rows_of(&s->ff, 0, T);
+    const mf_tensor ff = mf_rows_of(&s->dev.ff, 0, T);
     if (sp->gated_mlp) {
         MF_TRY(linear(s, "gate_up", x, L->up, L->n_up, &ff, MF_EPILOGUE_NONE));
         const mf_tensor gate = block_of(&ff, 0, T, 0, F), up = block_of(&ff, 0, T, F, F);
@@ -167,8 +149,8 @@ static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const m
 mf_status mf_forward_step(mf_session *s, int32_t n_segs, int64_t T, mf_tensor *out) {
     const mf_dec_spec *sp = &s->m->spec;
     const mf_weights *w = &s->m->w;
-    const mf_tensor h = rows_of(&s->h, 0, T), n = rows_of(&s->n, 0, T), a = rows_of(&s->a, 0, T);
-    const mf_tensor ids = rows_of(&s->ids, 0, T), pos = rows_of(&s->pos, 0, T);
+    const mf_tensor h = mf_rows_of(&s->dev.h, 0, T), n = mf_rows_of(&s->dev.n, 0, T), a = mf_rows_of(&s->dev.a, 0, T);
+    const mf_tensor ids = mf_rows_of(&s->dev.ids, 0, T), pos = mf_rows_of(&s->dev.pos, 0, T);
 
     mf_embed_args e = {.ids = ids, .table = w->tok_emb, .y = h};
     MF_TRY(mf_embed(mf_role(s, "tokens"), &e));
@@ -208,56 +190,6 @@ mf_status mf_forward_step(mf_session *s, int32_t n_segs, int64_t T, mf_tensor *o
         *out = n;
     } else {
         *out = h;
-    }
-    return MF_OK;
-}
-
-mf_status mf_forward_gather(mf_session *s, const mf_tensor *x, int64_t k, mf_tensor *out) {
-    mf_embed_args e = {.ids = rows_of(&s->rows, 0, k), .table = *x, .y = rows_of(&s->gathered, 0, k)};
-    MF_TRY(mf_embed(mf_role(s, "gather_last"), &e));
-    *out = e.y;
-    return MF_OK;
-}
-
-mf_status mf_forward_lm_head_gemm(mf_session *s, const mf_tensor *x) {
-    const mf_weights *w = &s->m->w;
-    mf_gemm_args g = {.a = *x, .b = w->lm_head.w, .c = rows_of(&s->logits, 0, x->shape[0]),
-                      .bias = opt(&w->lm_head.bias), .alpha = 1.0f, .beta = 0.0f};
-    return mf_gemm(mf_role(s, "lm_head"), &g);
-}
-
-mf_status mf_forward_lm_head_argmax(mf_session *s, int64_t k) {
-    mf_argmax_args a = {.x = rows_of(&s->logits, 0, k), .ids = s->argmax_out, .vals = s->argmax_out};
-    a.ids.shape[0] = k;
-    a.vals.shape[0] = k, a.vals.dtype = MF_DTYPE_F32, a.vals.data = (int32_t *)s->argmax_out.data + k;
-    return mf_argmax(mf_role(s, "greedy"), &a);
-}
-
-mf_status mf_forward_lm_head_topk(mf_session *s, int64_t rows, int32_t k, float scale) {
-    int32_t *base = s->topk_out.data;
-    mf_topk_args a = {.x = rows_of(&s->logits, 0, rows), .k = k, .scale = scale};
-    const int64_t os[2] = {rows, k}, ss[2] = {rows, 2};
-    MF_TRY(mf_tensor_make(&a.ids, base, MF_DTYPE_I32, s->topk_out.device, 2, os));
-    MF_TRY(mf_tensor_make(&a.vals, base + rows * k, MF_DTYPE_F32, s->topk_out.device, 2, os));
-    MF_TRY(mf_tensor_make(&a.stats, base + 2 * rows * k, MF_DTYPE_F32, s->topk_out.device, 2, ss));
-    return mf_topk(mf_role(s, "sampling"), &a);
-}
-
-mf_status mf_forward_lm_head(mf_session *s, const mf_tensor *x, float *out) {
-    const mf_weights *w = &s->m->w;
-    const int64_t k = x->shape[0], vocab = s->m->spec.vocab;
-    for (int64_t r0 = 0; r0 < k; r0 += s->logit_rows) {
-        const int64_t nb = k - r0 < s->logit_rows ? k - r0 : s->logit_rows;
-        const mf_tensor lg = rows_of(&s->logits, 0, nb);
-        mf_gemm_args g = {.a = rows_of(x, r0, nb), .b = w->lm_head.w, .c = lg, .bias = opt(&w->lm_head.bias),
-                          .alpha = 1.0f, .beta = 0.0f};
-        MF_TRY(mf_gemm(mf_role(s, "lm_head"), &g));
-        mf_session_mark_queued(s);
-        mf_op_begin(mf_role(s, "logits"), "d2h");
-        mf_status st = mf_backend_copy(s->be, out + r0 * vocab, lg.data, (size_t)(nb * vocab) * sizeof(float),
-                                       MF_COPY_D2H);
-        mf_op_end(s->be, "d2h");
-        MF_TRY(st);
     }
     return MF_OK;
 }

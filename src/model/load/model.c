@@ -121,6 +121,19 @@ mf_weights_target mf_model_wtarget(const mf_model *m, bool verbose) {
                                .mat_dtype = m->mat_dtype, .mat_auto = m->mat_auto, .verbose = verbose};
 }
 
+void mf_model_moe_args(const mf_model *m, int32_t l, mf_moe_args *a) {
+    const mf_dec_spec *sp = &m->spec;
+    const mf_layer_weights *L = &m->w.layers[l];
+    *a = (mf_moe_args){.w_router = L->router, .w1 = L->experts_w1, .w2 = L->experts_w2,
+                       .ffn = sp->gated_mlp ? MF_MOE_FFN_SWIGLU : MF_MOE_FFN_GELU, .top_k = sp->top_k,
+                       .score = MF_MOE_SCORE_SOFTMAX, .order = MF_MOE_SCORE_THEN_TOPK, .renorm = sp->moe_renorm,
+                       .routed_scale = 1.0f};
+    if (L->shared_w1.data) {
+        a->shared_w1 = &L->shared_w1, a->shared_w2 = &L->shared_w2;
+        if (L->shared_gate.data) a->shared_gate = &L->shared_gate;
+    }
+}
+
 mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *opts, mf_model **out) {
     static const char fn[] = "model_load";
     if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);

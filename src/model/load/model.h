@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "minfer/model.h"
+#include "minfer/ops.h"
 #include "model/arch/arch.h"
 #include "model/arch/spec.h"
 #include "model/load/weights.h"
@@ -43,6 +44,9 @@ struct mf_model {
 mf_status mf_model_alloc(mf_backend *be, const mf_model_opts *opts, const char *fn, mf_model **out);
 // What m's weights are loaded for: its spec, family, backend and dtypes.
 mf_weights_target mf_model_wtarget(const mf_model *m, bool verbose);
+// Layer l's experts and the spec's routing as mf_moe takes them (spec
+// n_experts > 0); x, out, residual and the workspace are left to the caller.
+void mf_model_moe_args(const mf_model *m, int32_t l, mf_moe_args *a);
 
 #ifdef __cplusplus
 }
