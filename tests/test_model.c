@@ -266,11 +266,11 @@ static void ref_norm(const mf_dec_spec *sp, const double *x, int64_t T, const mf
     }
 }
 
-static double ref_act(mf_dec_act a, double x) {
+static double ref_act(mf_act_kind a, double x) {
     switch (a) {
-    case MF_DEC_ACT_SILU: return x / (1.0 + exp(-x));
-    case MF_DEC_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case MF_DEC_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case MF_ACT_SILU: return x / (1.0 + exp(-x));
+    case MF_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case MF_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     }
     return x;
 }
@@ -336,7 +336,7 @@ static void ref_expert(const mf_dec_spec *sp, const mf_tensor *w1, const mf_tens
             g += x[k] * (e < 0 ? wat(w1, i, k) : w3at(w1, e, i, k));
             if (sp->gated_mlp) u += x[k] * (e < 0 ? wat(w1, F + i, k) : w3at(w1, e, F + i, k));
         }
-        a[i] = sp->gated_mlp ? ref_act(MF_DEC_ACT_SILU, g) * u : ref_act(MF_DEC_ACT_GELU_TANH, g);
+        a[i] = sp->gated_mlp ? ref_act(MF_ACT_SILU, g) * u : ref_act(MF_ACT_GELU_TANH, g);
     }
     for (int64_t h = 0; h < H; h++) {
         double acc = 0;

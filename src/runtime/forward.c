@@ -105,15 +105,6 @@ static mf_status attention_block(mf_session *s, int32_t l, const mf_tensor *x, c
     return linear(s, "o", &ctx, &L->o, 1, out, MF_EPILOGUE_NONE);
 }
 
-static mf_act_kind act_kind(mf_dec_act a) {
-    switch (a) {
-    case MF_DEC_ACT_SILU: return MF_ACT_SILU;
-    case MF_DEC_ACT_GELU_TANH: return MF_ACT_GELU_TANH;
-    case MF_DEC_ACT_GELU_ERF: return MF_ACT_GELU_ERF;
-    }
-    return MF_ACT_SILU;
-}
-
 // out (T, hidden) = the MLP of x: down(act(gate(x)) * up(x)) or proj(act(fc(x))),
 // or with experts the routed mixture (+ the shared expert).
 static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const mf_tensor *out, int64_t T) {
@@ -130,15 +121,15 @@ static mf_status mlp_block(mf_session *s, int32_t l, const mf_tensor *x, const m
     if (sp->gated_mlp) {
         MF_TRY(linear(s, "gate_up", x, L->up, L->n_up, &ff, MF_EPILOGUE_NONE));
         const mf_tensor gate = block_of(&ff, 0, T, 0, F), up = block_of(&ff, 0, T, F, F);
-        mf_act_args a = {.x = gate, .up = &up, .y = gate, .kind = act_kind(sp->act)};
+        mf_act_args a = {.x = gate, .up = &up, .y = gate, .kind = sp->act};
         MF_TRY(mf_act(mf_role(s, "gated"), &a));
         return linear(s, "down", &gate, &L->down, 1, out, MF_EPILOGUE_NONE);
     }
     // GPT-2's gelu_new is the GEMM's epilogue; other activations are one more pass.
-    const bool fused = sp->act == MF_DEC_ACT_GELU_TANH;
+    const bool fused = sp->act == MF_ACT_GELU_TANH;
     MF_TRY(linear(s, "up", x, L->up, L->n_up, &ff, fused ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE));
     if (!fused) {
-        mf_act_args a = {.x = ff, .up = NULL, .y = ff, .kind = act_kind(sp->act)};
+        mf_act_args a = {.x = ff, .up = NULL, .y = ff, .kind = sp->act};
         MF_TRY(mf_act(mf_role(s, "act"), &a));
     }
     return linear(s, "down", &ff, &L->down, 1, out, MF_EPILOGUE_NONE);

@@ -87,52 +87,29 @@ mf_status mf_spec_from_config(const mf_model_config *c, const char *path, mf_dec
                        c->arch_name, k->model_type, fam->missing ? fam->missing : "no decoder",
                        mf_arch_list(known, sizeof known, false, true));
     }
+    // every checkpoint family is pre-norm with a final norm
+    *s = (mf_dec_spec){.n_layers = (int32_t)c->n_layers, .hidden = (int32_t)c->hidden, .n_heads = (int32_t)c->n_heads,
+                       .n_kv_heads = (int32_t)c->n_kv_heads, .head_dim = (int32_t)c->head_dim, .ffn = (int32_t)c->ffn,
+                       .vocab = (int32_t)c->vocab_size, .max_pos = c->max_pos,
+                       .layernorm = c->norm == MF_NORM_LAYERNORM, .norm_eps = (float)c->norm_eps,
+                       .final_norm = true, .learned_pos = c->learned_pos, .gated_mlp = c->gated_mlp,
+                       .qkv_bias = c->qkv_bias, .o_bias = c->o_bias, .mlp_bias = c->mlp_bias,
+                       .tied = c->tie_word_embeddings, .n_experts = (int32_t)c->n_experts,
+                       .top_k = (int32_t)c->n_experts_per_tok, .moe_renorm = c->norm_topk_prob,
+                       .shared_ffn = (int32_t)c->shared_expert_ffn, .rope_theta = c->rope_theta,
+                       .rope_scaling = c->rope_scaling, .sliding_window = c->sliding_window, .bos_id = c->bos_id};
     snprintf(s->arch, sizeof s->arch, "%s", k->model_type);
-    s->n_layers = (int32_t)c->n_layers;
-    s->hidden = (int32_t)c->hidden;
-    s->n_heads = (int32_t)c->n_heads;
-    s->n_kv_heads = (int32_t)c->n_kv_heads;
-    s->head_dim = (int32_t)c->head_dim;
-    s->ffn = (int32_t)c->ffn;
-    s->vocab = (int32_t)c->vocab_size;
-    s->max_pos = c->max_pos;
-    s->layernorm = c->norm == MF_NORM_LAYERNORM;
-    s->norm_eps = (float)c->norm_eps;
-    s->post_norm = false; // every checkpoint family is pre-norm
-    s->final_norm = true;
-    s->learned_pos = c->learned_pos;
-    s->gated_mlp = c->gated_mlp;
     switch (c->act) {
-    case MF_HIDDEN_ACT_GELU_TANH: s->act = MF_DEC_ACT_GELU_TANH; break;
-    case MF_HIDDEN_ACT_GELU: s->act = MF_DEC_ACT_GELU_ERF; break;
-    case MF_HIDDEN_ACT_SILU: s->act = MF_DEC_ACT_SILU; break;
+    case MF_HIDDEN_ACT_GELU_TANH: s->act = MF_ACT_GELU_TANH; break;
+    case MF_HIDDEN_ACT_GELU: s->act = MF_ACT_GELU_ERF; break;
+    case MF_HIDDEN_ACT_SILU: s->act = MF_ACT_SILU; break;
     default:
         return mf_fail(MF_ERR_UNSUPPORTED, "%s: activation %s is not supported by the decoder (gelu_new, gelu, silu)",
                        path, mf_hidden_act_name(c->act));
     }
-    s->qkv_bias = c->qkv_bias;
-    s->o_bias = c->o_bias;
-    s->mlp_bias = c->mlp_bias;
-    s->tied = c->tie_word_embeddings;
     if (c->n_experts > 256 || c->n_experts_per_tok > 8)
         return mf_fail(MF_ERR_UNSUPPORTED, "%s: %lld experts, top-%lld: minfer runs up to 256 experts, top-8", path,
                        (long long)c->n_experts, (long long)c->n_experts_per_tok);
-    s->n_experts = (int32_t)c->n_experts;
-    s->top_k = (int32_t)c->n_experts_per_tok;
-    s->moe_renorm = c->norm_topk_prob;
-    s->shared_ffn = (int32_t)c->shared_expert_ffn;
-    s->rope_theta = c->rope_theta;
-    switch (c->rope_scaling.type) {
-    case MF_ROPE_SCALING_NONE: s->rope_scaling = MF_DEC_ROPE_NONE; break;
-    case MF_ROPE_SCALING_LINEAR: s->rope_scaling = MF_DEC_ROPE_LINEAR; break;
-    case MF_ROPE_SCALING_LLAMA3: s->rope_scaling = MF_DEC_ROPE_LLAMA3; break;
-    }
-    s->rope_factor = c->rope_scaling.factor;
-    s->rope_low_freq = c->rope_scaling.low_freq_factor;
-    s->rope_high_freq = c->rope_scaling.high_freq_factor;
-    s->rope_orig_max_pos = c->rope_scaling.original_max_pos;
-    s->sliding_window = c->sliding_window;
-    s->bos_id = c->bos_id;
     s->n_eos = c->n_eos < MF_MODEL_MAX_EOS ? c->n_eos : MF_MODEL_MAX_EOS;
     for (int32_t i = 0; i < s->n_eos; i++) s->eos_ids[i] = c->eos_ids[i];
     if (fam->to_spec) MF_TRY(fam->to_spec(c, path, s));

@@ -79,7 +79,7 @@ static void gpt2_shaped(mf_dec_spec *s, int32_t layers, int32_t hidden, int32_t 
     s->n_layers = layers, s->hidden = hidden, s->n_heads = heads, s->n_kv_heads = heads;
     s->head_dim = hidden / heads, s->ffn = 4 * hidden, s->vocab = 50257, s->max_pos = 16384;
     s->layernorm = true, s->norm_eps = 1e-5f, s->final_norm = true, s->learned_pos = true;
-    s->act = MF_DEC_ACT_GELU_TANH, s->qkv_bias = s->o_bias = s->mlp_bias = true, s->tied = true;
+    s->act = MF_ACT_GELU_TANH, s->qkv_bias = s->o_bias = s->mlp_bias = true, s->tied = true;
     s->bos_id = 50256, s->n_eos = 1, s->eos_ids[0] = 50256;
 }
 

@@ -125,7 +125,7 @@ static void llama_shaped(mf_dec_spec *s, int32_t layers, int32_t hidden, int32_t
     s->n_layers = layers, s->hidden = hidden, s->n_heads = heads, s->n_kv_heads = kv_heads;
     s->head_dim = hidden / heads, s->ffn = ffn, s->vocab = vocab, s->max_pos = max_pos;
     s->layernorm = false, s->norm_eps = 1e-5f, s->final_norm = true, s->learned_pos = false, s->gated_mlp = true;
-    s->act = MF_DEC_ACT_SILU, s->rope_theta = 10000.0;
+    s->act = MF_ACT_SILU, s->rope_theta = 10000.0;
     s->bos_id = 1, s->n_eos = 1, s->eos_ids[0] = 2;
 }
 
@@ -133,7 +133,7 @@ static void llama_7b(mf_dec_spec *s) { llama_shaped(s, 32, 4096, 32, 32, 11008, 
 static void tiny(mf_dec_spec *s) { llama_shaped(s, 2, 64, 4, 2, 128, 512, 1024); }
 static void tiny_geglu(mf_dec_spec *s) { // hidden_act gelu_pytorch_tanh (Gemma-style gated GELU): tests
     tiny(s);
-    s->act = MF_DEC_ACT_GELU_TANH;
+    s->act = MF_ACT_GELU_TANH;
 }
 
 static const mf_arch_class classes[] = {

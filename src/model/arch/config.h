@@ -19,6 +19,7 @@
 
 #include "minfer/status.h"
 #include "minfer/tensor.h"
+#include "model/arch/spec.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,21 +45,6 @@ typedef enum {
     MF_NORM_LAYERNORM = 0, // (x-mean)/sqrt(var+eps)·w + b   (GPT-2)
     MF_NORM_RMSNORM = 1,   // x/sqrt(mean(x²)+eps)·w           (Llama family)
 } mf_norm_type;
-
-typedef enum {
-    MF_ROPE_SCALING_NONE = 0,
-    MF_ROPE_SCALING_LINEAR = 1, // positions divided by factor
-    MF_ROPE_SCALING_LLAMA3 = 2, // per-frequency: wavelengths above original_max_pos/low_freq_factor
-                                // divided by factor, below .../high_freq_factor kept, smooth between
-} mf_rope_scaling_type;
-
-typedef struct {
-    mf_rope_scaling_type type;
-    double factor;             // linear, llama3: > 0
-    double low_freq_factor;    // llama3: > 0
-    double high_freq_factor;   // llama3: > low_freq_factor
-    int64_t original_max_pos;  // llama3: original_max_position_embeddings (>= 1)
-} mf_rope_scaling;
 
 #define MF_MAX_EOS 16
 

@@ -32,11 +32,11 @@ mf_status mf_dec_spec_check(const mf_dec_spec *s, const char *who) {
                            s->top_k, s->n_experts);
         if (s->mlp_bias)
             return mf_fail(MF_ERR_UNSUPPORTED, "%s: experts with MLP biases are not implemented", who);
-        if (s->gated_mlp ? s->act != MF_DEC_ACT_SILU : s->act != MF_DEC_ACT_GELU_TANH)
+        if (s->gated_mlp ? s->act != MF_ACT_SILU : s->act != MF_ACT_GELU_TANH)
             return mf_fail(MF_ERR_UNSUPPORTED,
                            "%s: experts run SwiGLU (gated, silu) or an ungated tanh GELU; this spec has a %s %s MLP",
                            who, s->gated_mlp ? "gated" : "ungated",
-                           s->act == MF_DEC_ACT_SILU ? "silu" : s->act == MF_DEC_ACT_GELU_TANH ? "gelu_tanh" : "gelu");
+                           s->act == MF_ACT_SILU ? "silu" : s->act == MF_ACT_GELU_TANH ? "gelu_tanh" : "gelu");
         if (s->shared_ffn < 0)
             return mf_fail(MF_ERR_FORMAT, "%s: shared expert width %d must be >= 0", who, s->shared_ffn);
     }
@@ -97,10 +97,10 @@ void mf_dec_spec_inv_freq(const mf_dec_spec *s, float *out) {
     for (int32_t i = 0; i < half; i++) {
         const float e = (float)(2 * i) / (float)s->head_dim;
         float f = (float)(1.0 / pow(s->rope_theta, (double)e));
-        if (s->rope_scaling == MF_DEC_ROPE_LINEAR) f = f / (float)s->rope_factor;
-        if (s->rope_scaling == MF_DEC_ROPE_LLAMA3) {
-            const float factor = (float)s->rope_factor, lo = (float)s->rope_low_freq, hi = (float)s->rope_high_freq;
-            const float old = (float)s->rope_orig_max_pos;
+        if (s->rope_scaling.type == MF_ROPE_SCALING_LINEAR) f = f / (float)s->rope_scaling.factor;
+        if (s->rope_scaling.type == MF_ROPE_SCALING_LLAMA3) {
+            const float factor = (float)s->rope_scaling.factor, lo = (float)s->rope_scaling.low_freq_factor, hi = (float)s->rope_scaling.high_freq_factor;
+            const float old = (float)s->rope_scaling.original_max_pos;
             const float lo_wavelen = old / lo, hi_wavelen = old / hi;
             const float wavelen = (1.0f / f) * 6.2831853071795864f; // torch: 2*pi / t is t.reciprocal() * 2*pi
             float g = wavelen > lo_wavelen ? f / factor : f; // long wavelengths: scaled down

@@ -3,9 +3,9 @@
 //
 // The spec is the one place where an architecture becomes numbers and flags:
 // each family's file (arch_<family>.c) derives it from config.json or from a
-// synthetic preset; the forward pass (forward.c) reads nothing else. It does
-// not depend on config.h (HF's names stay in the family files) nor on ops.h
-// (which op implements a flag is forward.c's business).
+// synthetic preset; the forward pass (forward.c) reads nothing else. HF's
+// names stay in the family files (config.h, which takes its RoPE scaling
+// from here); the activation is the op's (mf_act_kind).
 #ifndef MF_MODEL_SPEC_H
 #define MF_MODEL_SPEC_H
 
@@ -13,22 +13,26 @@
 #include <stdint.h>
 
 #include "minfer/model.h"
+#include "minfer/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef enum {
-    MF_DEC_ACT_SILU = 0,      // x * sigmoid(x)       (Llama: SwiGLU with the gate)
-    MF_DEC_ACT_GELU_TANH = 1, // gelu_new             (GPT-2; fused into the fc GEMM's epilogue)
-    MF_DEC_ACT_GELU_ERF = 2,  // exact GELU
-} mf_dec_act;
+    MF_ROPE_SCALING_NONE = 0,
+    MF_ROPE_SCALING_LINEAR = 1, // positions divided by factor
+    MF_ROPE_SCALING_LLAMA3 = 2, // per-frequency: wavelengths above original_max_pos/low_freq_factor
+                                // divided by factor, below .../high_freq_factor kept, smooth between
+} mf_rope_scaling_type;
 
-typedef enum {
-    MF_DEC_ROPE_NONE = 0,   // plain rope_theta frequencies
-    MF_DEC_ROPE_LINEAR = 1, // inv_freq / factor
-    MF_DEC_ROPE_LLAMA3 = 2, // Llama 3.1 per-band scaling
-} mf_dec_rope_scaling;
+typedef struct {
+    mf_rope_scaling_type type;
+    double factor;             // linear, llama3: > 0
+    double low_freq_factor;    // llama3: > 0
+    double high_freq_factor;   // llama3: > low_freq_factor
+    int64_t original_max_pos;  // llama3: original_max_position_embeddings (>= 1)
+} mf_rope_scaling;
 
 typedef struct {
     char arch[16];            // "gpt2" | "llama" | "mistral" | "qwen2" (what mf_model_info reports)
@@ -47,7 +51,7 @@ typedef struct {
     bool final_norm;          // a norm before the LM head (always with pre-norm)
     bool learned_pos;         // position table added to the token embedding; false: RoPE
     bool gated_mlp;           // down(act(gate(x)) * up(x)); false: proj(act(fc(x)))
-    mf_dec_act act;
+    mf_act_kind act;          // the MLP's (mf_act): SwiGLU's silu; GPT-2's gelu_tanh (fused into the fc GEMM)
     bool qkv_bias, o_bias, mlp_bias;
     bool tied;                // LM head = token embedding, transposed
 
@@ -62,9 +66,7 @@ typedef struct {
     bool shared_gated;        // the shared expert's output times sigmoid(x . w_gate)
 
     double rope_theta;        // RoPE base
-    mf_dec_rope_scaling rope_scaling;
-    double rope_factor, rope_low_freq, rope_high_freq; // scaling parameters (linear: factor only)
-    int64_t rope_orig_max_pos;                          // llama3: original_max_position_embeddings
+    mf_rope_scaling rope_scaling;
     int64_t sliding_window;   // 0: full attention; else each query sees its last sliding_window keys
 
     int32_t bos_id;           // -1 when unknown

@@ -198,38 +198,19 @@ mf_status mf_model_get_info(const mf_model *m, mf_model_info *out) {
     if (!m) return mf_fail(MF_ERR_INVALID_ARG, "model_get_info: model is NULL");
     if (!out) return mf_fail(MF_ERR_INVALID_ARG, "model_get_info: out is NULL");
     const mf_dec_spec *s = &m->spec;
-    memset(out, 0, sizeof *out);
-    out->arch = s->arch;
-    out->n_params = m->n_params;
-    out->n_layers = s->n_layers;
-    out->hidden = s->hidden;
-    out->n_heads = s->n_heads;
-    out->n_kv_heads = s->n_kv_heads;
-    out->head_dim = s->head_dim;
-    out->ffn = s->ffn;
-    out->vocab = s->vocab;
-    out->max_pos = s->max_pos;
-    out->dtype = m->w.mat_dtype;
-    out->act_dtype = m->dtype;
-    out->weight_bytes = m->w.weight_bytes;
-    out->kv_bytes_per_token =
-        2 * (int64_t)s->n_layers * s->n_kv_heads * s->head_dim * (int64_t)mf_dtype_size(m->dtype);
-    out->bos_id = s->bos_id;
-    out->eos_id = s->n_eos > 0 ? s->eos_ids[0] : -1;
-    out->n_eos = s->n_eos;
-    for (int32_t i = 0; i < s->n_eos; i++) out->eos_ids[i] = s->eos_ids[i];
-    out->backend = mf_backend_name(m->be);
-    out->source = m->source;
-    out->family = m->fam ? m->fam->name : s->arch;
-    out->family_about = m->fam ? m->fam->about : "";
-    out->hf_class = m->hf_class;
-    out->chat_template = m->chat_template;
-    out->sliding_window = s->sliding_window;
-    out->n_experts = s->n_experts;
-    out->top_k = s->top_k;
-    out->shared_ffn = s->shared_ffn;
-    out->n_active_params = mf_dec_spec_active_params(s);
-    out->layer_matmul_params = mf_dec_spec_matmul_params(s);
+    *out = (mf_model_info){
+        .arch = s->arch, .n_params = m->n_params, .n_layers = s->n_layers, .hidden = s->hidden,
+        .n_heads = s->n_heads, .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .ffn = s->ffn,
+        .vocab = s->vocab, .max_pos = s->max_pos, .dtype = m->w.mat_dtype, .act_dtype = m->dtype,
+        .weight_bytes = m->w.weight_bytes,
+        .kv_bytes_per_token = 2 * (int64_t)s->n_layers * s->n_kv_heads * s->head_dim * (int64_t)mf_dtype_size(m->dtype),
+        .bos_id = s->bos_id, .eos_id = s->n_eos > 0 ? s->eos_ids[0] : -1, .n_eos = s->n_eos,
+        .backend = mf_backend_name(m->be), .source = m->source, .family = m->fam ? m->fam->name : s->arch,
+        .family_about = m->fam ? m->fam->about : "", .hf_class = m->hf_class, .chat_template = m->chat_template,
+        .sliding_window = s->sliding_window, .n_experts = s->n_experts, .top_k = s->top_k,
+        .shared_ffn = s->shared_ffn, .n_active_params = mf_dec_spec_active_params(s),
+        .layer_matmul_params = mf_dec_spec_matmul_params(s)};
+    memcpy(out->eos_ids, s->eos_ids, (size_t)s->n_eos * sizeof *s->eos_ids);
     return MF_OK;
 }
 
