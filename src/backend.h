@@ -6,7 +6,7 @@
 #define MF_BACKEND_INTERNAL_H
 
 #include "minfer/ops.h"
-#include "ops/op_list.h"
+#include "op_list.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,8 +15,8 @@
 // src/ops/<op>.c (checks, then mf_dispatch_<entry>); src/cpu/<op>.c;
 // src/cuda/<op>.cu; tests/cases_<op>.c with its line in tests/test_ops.c's
 // TH_FAMILIES and tests/CMakeLists.txt.
-#ifndef MF_OPS_OP_LIST_H
-#define MF_OPS_OP_LIST_H
+#ifndef MF_OP_LIST_H
+#define MF_OP_LIST_H
 
 #define MF_OPS(X)                                        \
     X(gemm, mf_gemm_args, "gemm")                        \
@@ -37,4 +37,4 @@
 
 #define MF_OPS_OPTIONAL(X) X(moe_experts, mf_moe_experts_args, "moe_experts")
 
-#endif // MF_OPS_OP_LIST_H
+#endif // MF_OP_LIST_H
