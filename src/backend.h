@@ -40,7 +40,7 @@ struct mf_backend {
     mf_status (*sync)(mf_backend *be);
     mf_status (*set_stream)(mf_backend *be, void *stream);
 
-    // The ops, one entry per line of src/ops/op_list.h (arguments already
+    // The ops, one entry per line of src/op_list.h (arguments already
     // validated by src/ops/; a NULL entry: not implemented on this backend).
     // moe_experts NULL, or returning MF_ERR_UNSUPPORTED (it declines these
     // shapes): src/ops/moe.c runs its generic loop of mf_gemm / mf_act.

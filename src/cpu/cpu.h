@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-// The op entries (src/ops/op_list.h's MF_OPS; moe_experts stays NULL: the
+// The op entries (src/op_list.h's MF_OPS; moe_experts stays NULL: the
 // generic loop of src/ops/moe.c), each in its op family's file: <op>.c
 // (add_norm: norm.c, copy_tensor: copy.c, moe_*: moe.c).
 #define MF_CPU_OP(entry, args_t, name) mf_status mf_cpu_##entry(mf_backend *be, const args_t *args);

@@ -105,7 +105,7 @@ static inline bool mf_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 
 // ---- op entries (arguments already validated by src/ops/) ----------------------------
 
 extern "C" {
-// src/ops/op_list.h's every op (MF_OPS and MF_OPS_OPTIONAL), each in its op
+// src/op_list.h's every op (MF_OPS and MF_OPS_OPTIONAL), each in its op
 // family's file: <op>.cu (add_norm: norm.cu, copy_tensor: copy.cu, moe_*: moe.cu)
 #define MF_CUDA_OP(entry, args_t, name) mf_status mf_cuda_##entry(mf_backend *be, const args_t *args);
 MF_OPS(MF_CUDA_OP)
