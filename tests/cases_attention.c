@@ -48,10 +48,10 @@
 #include "harness.h"
 #include "cuda/cuda_query.h"
 
-typedef enum { AM_FIXED = 0, AM_PACKED = 1, AM_CACHE = 2 } at_mode;
-static const char *const mode_names[] = {"fixed", "packed", "cache"};
+typedef enum { AM_FIXED = 0, AM_PACKED = 1, AM_CACHE = 2, AM_PAGED = 3 } at_mode;
+static const char *const mode_names[] = {"fixed", "packed", "cache", "paged"};
 
-enum { AT_MAX_SEQ = 8 };
+enum { AT_MAX_SEQ = 8, AT_MAX_BLOCKS = 64 };
 
 typedef struct {
     mf_dtype dt;
@@ -64,6 +64,8 @@ typedef struct {
     bool lse;
     bool fused;     // q, k, v: columns of one (rows, (H + 2 KVH) D) buffer (needs ql == kl)
     bool permute;   // cache: slots given (a permutation into n_slots = nseq + 2); else slot b
+    int64_t bs;     // paged: keys per block; blocks are a random permutation of a pool with 3 spare
+    bool share;     // paged: sequence 1 reads sequence 0's full leading blocks (a shared prefix)
     bool outliers;
     bool gpu_only;  // reference for a subset of rows; skipped on the CPU
     float scale;    // 0: 1 / sqrt(D)
@@ -76,6 +78,11 @@ static inline int64_t off3(const mf_tensor *t, int64_t r, int64_t h, int64_t d) 
 }
 static inline int64_t off4(const mf_tensor *t, int64_t b, int64_t i, int64_t h, int64_t d) {
     return b * t->stride[0] + i * t->stride[1] + h * t->stride[2] + d * t->stride[3];
+}
+
+// Paged: element offset of key j (kv head g) of sequence b through its table row.
+static inline int64_t paged_off(const mf_tensor *t, const int32_t *tab, int64_t bs, int64_t j, int64_t g) {
+    return off4(t, tab[j / bs], j % bs, g, 0);
 }
 
 // All elements of b as doubles (th_get once per element).
@@ -141,6 +148,8 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
     th_buf *bq, *bk, *bv;
     int64_t n_slots = 0, max_len = 0;
     int32_t slot_of[AT_MAX_SEQ];
+    int32_t(*tab)[AT_MAX_BLOCKS] = th_scratch(ctx, sizeof(int32_t[AT_MAX_SEQ][AT_MAX_BLOCKS])); // paged: blocks of each
+    int64_t nblk[AT_MAX_SEQ] = {0}, width = 1;
     if (p->fused) { // one (rows, H + 2 KVH, D) buffer; q, k, v are head ranges of it
         const int64_t W = H + 2 * KVH;
         if (fixed) {
@@ -169,6 +178,31 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
         bq = th_tensor(ctx, dt, 3, qs, NULL, &a.q);
         bk = th_tensor(ctx, dt, 3, ks, NULL, &a.k);
         bv = th_tensor(ctx, dt, 3, ks, NULL, &a.v);
+    } else if (p->mode == AM_PAGED) { // (n_blocks, bs, KVH, D): every sequence's blocks + 3 unused, shuffled
+        int64_t nb = 3;
+        for (int64_t b = 0; b < B; b++) {
+            nblk[b] = (p->kl[b] + p->bs - 1) / p->bs;
+            nb += nblk[b];
+            if (nblk[b] + 1 > width) width = nblk[b] + 1; // one column past the longest: never read
+        }
+        const int64_t qs[3] = {TQ, H, D}, cs[4] = {nb, p->bs, KVH, D};
+        bq = th_tensor(ctx, dt, 3, qs, NULL, &a.q);
+        bk = th_tensor(ctx, dt, 4, cs, NULL, &a.k);
+        bv = th_tensor(ctx, dt, 4, cs, NULL, &a.v);
+        int32_t *perm = th_scratch(ctx, (size_t)nb * sizeof *perm);
+        for (int64_t i = 0; i < nb; i++) perm[i] = (int32_t)i;
+        for (int64_t i = nb - 1; i > 0; i--) { // Fisher-Yates
+            const int64_t r = th_rng_int(&ctx->rng, i + 1);
+            const int32_t t = perm[i];
+            perm[i] = perm[r], perm[r] = t;
+        }
+        int64_t next = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < nblk[b]; i++) tab[b][i] = perm[next++];
+        if (p->share && B > 1) // sequence 1's full leading blocks are sequence 0's
+            for (int64_t i = 0; i < nblk[0] && i < nblk[1] && (i + 1) * p->bs <= p->kl[0] && (i + 1) * p->bs <= p->kl[1];
+                 i++)
+                tab[1][i] = tab[0][i];
     } else { // cache: (n_slots, max_len, KVH, D); unused slots and positions stay NaN
         n_slots = B + 2, max_len = maxk + 3;
         const int64_t qs[3] = {TQ, H, D}, cs[4] = {n_slots, max_len, KVH, D};
@@ -192,6 +226,17 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
         fill_view(ctx, bq, &all, -2, 2, 0, 0);
         if (qk_out != 0) fill_view(ctx, bq, &a.q, -2, 2, qk_out, 256);
         fill_view(ctx, bq, &a.v, -1, 1, 100, 512);
+    } else if (p->mode == AM_PAGED) { // each sequence's keys, through its table (shared blocks: written twice)
+        fill_view(ctx, bq, &a.q, -2, 2, qk_out, 256);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < p->kl[b]; j++)
+                for (int64_t e = 0; e < KVH * D; e++) {
+                    double x = th_rng_unif(&ctx->rng, -2, 2), y = th_rng_unif(&ctx->rng, -1, 1);
+                    if (qk_out != 0 && th_rng_int(&ctx->rng, 256) == 0) x *= qk_out;
+                    if (th_rng_int(&ctx->rng, 512) == 0) y *= 100;
+                    th_set(bk, paged_off(&a.k, tab[b], p->bs, j, 0) + e, x);
+                    th_set(bv, paged_off(&a.v, tab[b], p->bs, j, 0) + e, y);
+                }
     } else if (p->mode != AM_CACHE) {
         fill_view(ctx, bq, &a.q, -2, 2, qk_out, 256);
         fill_view(ctx, bk, &a.k, -2, 2, qk_out, 256);
@@ -211,7 +256,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
     }
 
     // o, lse, index arrays
-    mf_tensor lse, cuq, cuk, kls, sls;
+    mf_tensor lse, cuq, cuk, kls, sls, tbl;
     th_buf *bo, *bl = NULL;
     if (fixed) {
         const int64_t os[4] = {B, p->ql[0], H, D}, ls[3] = {B, p->ql[0], H};
@@ -224,7 +269,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
         th_buf *bcq = th_tensor(ctx, MF_DTYPE_I32, 1, &n1, NULL, &cuq);
         for (int64_t b = 0; b <= B; b++) th_set(bcq, b, (double)cq[b]);
         a.cu_seqlens_q = &cuq;
-        a.max_q_len = maxq + (p->mode == AM_CACHE ? 5 : 0); // a loose bound is fine
+        a.max_q_len = maxq + (p->mode >= AM_CACHE ? 5 : 0); // a loose bound is fine
         if (p->mode == AM_PACKED) {
             th_buf *bck = th_tensor(ctx, MF_DTYPE_I32, 1, &n1, NULL, &cuk);
             for (int64_t b = 0; b <= B; b++) th_set(bck, b, (double)ck[b]);
@@ -235,6 +280,14 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
             for (int64_t b = 0; b < B; b++) th_set(bkl, b, (double)p->kl[b]);
             a.k_lens = &kls;
             a.max_k_len = maxk + 1;
+            if (p->mode == AM_PAGED) { // entries past a sequence's blocks hold a wild id: never read
+                const int64_t ts[2] = {B, width}, tst[2] = {width + 2, 1}; // a row stride past the width
+                th_buf *bt = th_buf_new(ctx, MF_DTYPE_I32, B * (width + 2));
+                tbl = th_view(ctx, bt, 2, ts, tst);
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t i = 0; i < width + 2; i++) th_set(bt, b * (width + 2) + i, i < nblk[b] ? tab[b][i] : 1 << 30);
+                a.block_table = &tbl;
+            }
             if (p->permute) {
                 th_buf *bsl = th_tensor(ctx, MF_DTYPE_I32, 1, &B, NULL, &sls);
                 for (int64_t b = 0; b < B; b++) th_set(bsl, b, (double)slot_of[b]);
@@ -278,6 +331,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
                 for (int64_t j = lo; j < hi; j++) {
                     const int64_t ko = fixed ? off4(&a.k, b, j, g, 0)
                                        : p->mode == AM_PACKED ? off3(&a.k, ck[b] + j, g, 0)
+                                       : p->mode == AM_PAGED  ? paged_off(&a.k, tab[b], p->bs, j, g)
                                                               : off4(&a.k, slot_of[b], j, g, 0);
                     const int64_t kbase = ko + (p->fused ? H * D : 0);
                     double dot = 0, ab = 0;
@@ -303,6 +357,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
                 for (int64_t j = 0; j < n; j++) {
                     const int64_t vo = fixed ? off4(&a.v, b, lo + j, g, 0)
                                        : p->mode == AM_PACKED ? off3(&a.v, ck[b] + lo + j, g, 0)
+                                       : p->mode == AM_PAGED  ? paged_off(&a.v, tab[b], p->bs, lo + j, g)
                                                               : off4(&a.v, slot_of[b], lo + j, g, 0);
                     const int64_t vbase = vo + (p->fused ? (H + KVH) * D : 0);
                     const double pj = s[j] / l;
@@ -317,6 +372,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
                 for (int64_t j = 0; j < n; j++) {
                     const int64_t vo = fixed ? off4(&a.v, b, lo + j, g, 0)
                                        : p->mode == AM_PACKED ? off3(&a.v, ck[b] + lo + j, g, 0)
+                                       : p->mode == AM_PAGED  ? paged_off(&a.v, tab[b], p->bs, lo + j, g)
                                                               : off4(&a.v, slot_of[b], lo + j, g, 0);
                     const double *vj = vd + vo + (p->fused ? (H + KVH) * D : 0);
                     const double wj = s[j] / l * expm1(dj[j] + logle);
@@ -366,6 +422,8 @@ static void add_case(th_list *l, const at_p *p) {
     if (p->lse) n += (size_t)snprintf(ext + n, sizeof ext - n, ",lse=1");
     if (p->fused) n += (size_t)snprintf(ext + n, sizeof ext - n, ",layout=fused_qkv");
     if (p->permute) n += (size_t)snprintf(ext + n, sizeof ext - n, ",slots=permuted");
+    if (p->mode == AM_PAGED)
+        n += (size_t)snprintf(ext + n, sizeof ext - n, ",block_size=%lld%s", (long long)p->bs, p->share ? ",shared" : "");
     if (p->outliers) n += (size_t)snprintf(ext + n, sizeof ext - n, ",outliers=1");
     if (p->scale != 0.0f) n += (size_t)snprintf(ext + n, sizeof ext - n, ",scale=%g", (double)p->scale);
     if (p->num_splits) n += (size_t)snprintf(ext + n, sizeof ext - n, ",splits=%d", (int)p->num_splits);
@@ -709,6 +767,27 @@ void th_cases_attention(th_list *l) {
             p.fused = true, p.lse = true;
             add_case(l, &p);
         }
+    }
+    // 8. Paged caches: shuffled blocks (3 unused, NaN), block sizes 16 / 64 and
+    //    one that is no multiple of a tile (48: tiles span blocks), decode and
+    //    chunked prefill, a sliding window, a shared prefix (two table rows
+    //    naming the same blocks), GQA/MQA, lengths on and off block edges.
+    {
+        const int64_t qd[5] = {1, 1, 1, 1, 1}, kd[5] = {1, 700, 64, 129, 63};
+        const int64_t qc[4] = {5, 16, 70, 64}, kc[4] = {300, 16, 200, 64};
+        static const int64_t bss[3] = {16, 64, 48};
+        for (int t = 0; t < 3; t++) {
+            at_p p = var_case(dts[t], AM_PAGED, 5, qd, kd, t == 1 ? 16 : 8, t == 1 ? 1 : 2, t == 2 ? 64 : 128, true);
+            p.bs = bss[t], p.lse = true, p.share = t == 1, p.outliers = t == 0;
+            add_case(l, &p);
+            p = var_case(dts[(t + 1) % 3], AM_PAGED, 4, qc, kc, 8, 2, t == 0 ? 128 : 64, true);
+            p.bs = bss[t], p.lse = t != 1, p.share = t != 0, p.window = t == 2 ? 100 : 0;
+            add_case(l, &p);
+        }
+        const int64_t qs[2] = {40, 1}, ks[2] = {256, 257};
+        at_p p = var_case(MF_DTYPE_F32, AM_PAGED, 2, qs, ks, 4, 4, 64, true);
+        p.bs = 64, p.share = true, p.lse = true;
+        add_case(l, &p);
     }
     at_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "attention(validation)");

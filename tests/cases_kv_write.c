@@ -25,7 +25,9 @@ typedef struct {
     int64_t rot;           // rot_dim; 0: no RoPE
     bool fused;
     int64_t n_slots, max_len;
-    int bad;               // 0: valid; 1: one slot out of range; 2: one position out of range
+    int bad;               // 0: valid; 1: one slot (paged: slot_mapping entry) out of range; 2: one position
+    bool paged;            // caches (n_blocks = n_slots, block_size = max_len); rows by slot_mapping, pos
+                           // drawn apart (it only rotates)
     int64_t pos_min;       // positions drawn from [pos_min, max_len)
 } kv_p;
 
@@ -79,18 +81,25 @@ static th_result run_kv_write(th_ctx *ctx, const void *params) {
     const int64_t span = p->max_len - p->pos_min, cells = p->n_slots * span;
     int64_t *perm = th_scratch(ctx, (size_t)cells * sizeof *perm);
     for (int64_t c = 0; c < cells; c++) perm[c] = c;
-    th_buf *bs = th_tensor(ctx, MF_DTYPE_I32, 1, &n, NULL, &a.slot);
+    mf_tensor map;
+    th_buf *bs = th_tensor(ctx, MF_DTYPE_I32, 1, &n, NULL, p->paged ? &map : &a.slot);
     th_buf *bp = th_tensor(ctx, MF_DTYPE_I32, 1, &n, NULL, &a.pos);
-    int32_t *slot = th_scratch(ctx, (size_t)n * 4), *pos = th_scratch(ctx, (size_t)n * 4);
+    int32_t *slot = th_scratch(ctx, (size_t)n * 4), *row = th_scratch(ctx, (size_t)n * 4);
+    int32_t *pos = th_scratch(ctx, (size_t)n * 4);
     for (int64_t t = 0; t < n; t++) {
         const int64_t r = t + th_rng_int(&ctx->rng, cells - t), c = perm[r];
         perm[r] = perm[t], perm[t] = c;
-        slot[t] = (int32_t)(c / span), pos[t] = (int32_t)(p->pos_min + c % span);
+        slot[t] = (int32_t)(c / span), row[t] = (int32_t)(p->pos_min + c % span);
+        pos[t] = p->paged ? (int32_t)th_rng_int(&ctx->rng, 5000) : row[t];
     }
     const int64_t bad_t = p->bad ? n / 2 : -1;
-    if (p->bad == 1) slot[bad_t] = (int32_t)p->n_slots;
+    if (p->bad == 1) slot[bad_t] = (int32_t)p->n_slots, row[bad_t] = 0;
     if (p->bad == 2) pos[bad_t] = -1;
-    for (int64_t t = 0; t < n; t++) th_set(bs, t, slot[t]), th_set(bp, t, pos[t]);
+    for (int64_t t = 0; t < n; t++) {
+        th_set(bs, t, p->paged ? (double)slot[t] * (double)p->max_len + row[t] : slot[t]);
+        th_set(bp, t, pos[t]);
+    }
+    if (p->paged) a.slot_mapping = &map;
     float *invf = NULL;
     if (p->rot) {
         th_buf *bf = th_tensor(ctx, MF_DTYPE_F32, 1, &half, NULL, &inv);
@@ -126,7 +135,7 @@ static th_result run_kv_write(th_ctx *ctx, const void *params) {
                 const mf_dtype ot = which == 2 ? p->qt : p->ct;
                 const int64_t dst = which == 2 ? so
                                                : (int64_t)slot[t] * a.k_cache.stride[0] +
-                                                     (int64_t)pos[t] * a.k_cache.stride[1] + h * a.k_cache.stride[2];
+                                                     (int64_t)row[t] * a.k_cache.stride[1] + h * a.k_cache.stride[2];
                 const bool rope = which != 1 && p->rot;
                 for (int64_t i = 0; i < (rope ? half : 0); i++) {
                     const float ang = (float)pos[t] * invf[i];
@@ -149,7 +158,7 @@ static th_result run_kv_write(th_ctx *ctx, const void *params) {
         th_upload_all(ctx);
         mf_status st = mf_kv_write(ctx->be, &a);
         if (st == MF_OK) st = mf_backend_sync(ctx->be);
-        const char *want = p->bad == 1 ? "slot[" : "pos[";
+        const char *want = p->bad == 1 ? (p->paged ? "slot_mapping[" : "slot[") : "pos[";
         if (st != MF_ERR_INVALID_ARG || (cpu && !strstr(mf_last_error(), want)))
             return th_fail(ctx, "bad %s: got %s '%s', want MF_ERR_INVALID_ARG naming %s", p->bad == 1 ? "slot" : "pos",
                            mf_status_str(st), mf_last_error(), want);
@@ -166,6 +175,9 @@ static th_result run_kv_write(th_ctx *ctx, const void *params) {
     if (p->bad) { // the next call works (an empty one: nothing more to check in the buffers)
         mf_kv_write_args e = a;
         e.k.shape[0] = e.v.shape[0] = e.slot.shape[0] = e.pos.shape[0] = 0;
+        mf_tensor m0 = map;
+        m0.shape[0] = 0;
+        if (p->paged) e.slot_mapping = &m0;
         mf_tensor q0 = q;
         q0.shape[0] = 0;
         if (a.q) e.q = &q0;
@@ -181,10 +193,11 @@ static void add_kv(th_list *l, const kv_p *p) {
     if (p->H) snprintf(q, sizeof q, ",q=%s:%lld", mf_dtype_name(p->qt), (long long)p->H);
     th_add(l, run_kv_write, p, sizeof *p,
            "kv_write(k=%s,cache=%s%s,tokens=%lld,kv_heads=%lld,head_dim=%lld,rot_dim=%lld,layout=%s,slots=%lld,"
-           "max_len=%lld,pos_min=%lld%s)",
+           "max_len=%lld,pos_min=%lld%s%s)",
            mf_dtype_name(p->kt), mf_dtype_name(p->ct), q, (long long)p->n, (long long)p->KVH, (long long)p->D,
            (long long)p->rot, p->fused ? "fused_qkv" : "padded", (long long)p->n_slots, (long long)p->max_len,
-           (long long)p->pos_min, p->bad == 1 ? ",bad=slot" : p->bad == 2 ? ",bad=pos" : "");
+           (long long)p->pos_min, p->paged ? ",paged=slot_mapping" : "",
+           p->bad == 1 ? ",bad=slot" : p->bad == 2 ? ",bad=pos" : "");
 }
 
 // ---- argument validation -----------------------------------------------------------
@@ -250,6 +263,10 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     q2 = q, q2.shape[0] = 2;
     TRY(t.q = &q2, MF_ERR_INVALID_ARG, "q has n_tokens = 2, k has 3", "q tokens");
     TRY(t.q = NULL; t.inv_freq = NULL, MF_OK, NULL, "no RoPE");
+    TRY(t.slot_mapping = &sl, MF_ERR_INVALID_ARG, "both slot and slot_mapping given", "slot and slot_mapping");
+    TRY(t.slot_mapping = &psf; memset(&t.slot, 0, sizeof t.slot), MF_ERR_INVALID_ARG, "slot_mapping dtype f32",
+        "f32 slot_mapping");
+    TRY(t.slot_mapping = &sl; memset(&t.slot, 0, sizeof t.slot), MF_OK, NULL, "paged");
     TRY(t.q = NULL, MF_OK, NULL, "RoPE on k only");
     ok &= th_expect(ctx, mf_backend_sync(ctx->be), MF_OK, NULL, "sync");
 #undef TRY
@@ -293,6 +310,17 @@ void th_cases_kv_write(th_list *l) {
     kv_p far = {.kt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .qt = MF_DTYPE_F32, .n = 64, .H = 2, .KVH = 1, .D = 16,
                 .rot = 16, .n_slots = 1, .max_len = 131072, .pos_min = 100000};
     add_kv(l, &far);
+    // Paged caches: rows by slot_mapping into (n_blocks, block_size) pools, RoPE
+    // positions unrelated to the rows; a bad mapping entry.
+    for (int t = 0; t < 3; t++) {
+        kv_p p = {.kt = dts[t], .ct = dts[(t + t / 2) % 3], .qt = dts[t], .n = 40 + t, .H = t == 1 ? 0 : 8, .KVH = 2,
+                  .D = t == 2 ? 80 : 64, .rot = t == 1 ? 0 : 64, .fused = t == 2, .n_slots = 9, .max_len = 16,
+                  .paged = true};
+        add_kv(l, &p);
+    }
+    kv_p bad = {.kt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .qt = MF_DTYPE_F32, .n = 9, .H = 4, .KVH = 2, .D = 64,
+                .rot = 64, .n_slots = 4, .max_len = 16, .bad = 1, .paged = true};
+    add_kv(l, &bad);
     kv_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "kv_write(validation)");
 }

@@ -59,9 +59,10 @@ typedef enum {
     MF_FINISH_EOS = 1,    // the model produced its EOS token
     MF_FINISH_STOP = 2,   // the text reached one of the stop strings
     MF_FINISH_LENGTH = 3, // max_new_tokens, or the session's max_seq, was reached
+    MF_FINISH_ABORT = 4,  // the engine's caller aborted it (mf_engine_abort)
 } mf_finish_reason;
 
-// "none" | "eos" | "stop" | "length"
+// "none" | "eos" | "stop" | "length" | "abort"
 const char *mf_finish_reason_str(mf_finish_reason r);
 
 // Whether a BOS token goes in front of text prompts.

@@ -9,6 +9,8 @@
 #include "minfer/tokenizer.h"
 #include "minfer/model.h"
 #include "minfer/generate.h"
+#include "minfer/engine.h"
+#include "minfer/chat.h"
 
 #define MF_VERSION_MAJOR 0
 #define MF_VERSION_MINOR 1

@@ -194,12 +194,21 @@ mf_status mf_copy(mf_backend *be, const mf_copy_args *args);
 //           max_len, n_kv_heads, D), the KV cache; sequence b reads keys
 //           [0, k_lens[b]) of slot slots[b] (slots NULL: slot b). Values past
 //           k_lens[b] (even NaN) never reach the output.
+//   paged:  cache mode with block_table: k, v (n_blocks, block_size,
+//           n_kv_heads, D), a pool of fixed-size blocks; block_table (batch,
+//           max_blocks) i32, stride[1] == 1: key j of sequence b is row
+//           j % block_size of block block_table[b, j / block_size] (vLLM's
+//           layout). Entries past a sequence's ceil(k_lens[b] / block_size)
+//           are not read; a block may appear in several rows (shared prefix).
+//           A slot cache (n_slots, max_len, ...) is the pool with block_size =
+//           max_len and a table of one column. slots must be NULL.
 //   The index arrays are i32 on the backend's device, so that a decode step
 //   can be captured once (CUDA Graphs) and replayed with new lengths.
 //   max_q_len / max_k_len: host upper bounds of every q_len_b / k_len_b
 //   (packed and cache modes; size the launch and the KV split). A length
-//   past its bound, a decreasing cu_seqlens, a k_len past max_len or a slot
-//   outside [0, n_slots) is an error: at once on the CPU; on CUDA the
+//   past its bound, a decreasing cu_seqlens, a k_len past max_len (paged:
+//   max_blocks x block_size), a slot outside [0, n_slots) or a block id outside
+//   [0, n_blocks) is an error: at once on the CPU; on CUDA the
 //   sequence's rows are zero-filled and the next mf_backend_sync returns
 //   MF_ERR_INVALID_ARG.
 // Strides: the last dim (D) has stride 1; other strides are free (q may be
@@ -230,6 +239,7 @@ typedef struct {
     const mf_tensor *cu_seqlens_k; // (batch + 1) i32, packed mode
     const mf_tensor *k_lens;       // (batch) i32, cache mode
     const mf_tensor *slots;        // (batch) i32, cache mode; NULL: slot b
+    const mf_tensor *block_table;  // (batch, max_blocks) i32, paged cache mode; NULL: slots
     int32_t batch;                 // sequences (fixed mode: q.shape[0])
     int64_t max_q_len, max_k_len;  // host bounds (packed and cache modes)
     float scale;                   // finite; usually 1 / sqrt(D)
@@ -254,6 +264,12 @@ mf_status mf_attention_workspace(mf_backend *be, const mf_attention_args *args, 
 //   slot, pos: (n_tokens) i32 on the device. A slot or position out of range is
 //         an error (CPU: at once; CUDA: the row is skipped and the next
 //         mf_backend_sync returns MF_ERR_INVALID_ARG).
+//   slot_mapping: NULL, or (n_tokens) i32 on the device (vLLM's slot mapping)
+//         for a paged cache: the caches are (n_blocks, block_size, n_kv_heads,
+//         D) and token t goes to row slot_mapping[t] of the pool, i.e. row
+//         r % block_size of block r / block_size; `slot` is then unused (leave
+//         it zeroed) and pos only rotates. r outside [0, n_blocks x block_size)
+//         is an error as a bad slot is.
 //   inv_freq: (rot_dim / 2) f32, the rotation of mf_rope (HF rotate_half, dims
 //         >= rot_dim untouched); NULL: no RoPE (q must then be NULL).
 //   Dtypes: k, v any float; the caches share one float dtype; math in f32.
@@ -261,6 +277,7 @@ typedef struct {
     mf_tensor k, v;
     mf_tensor k_cache, v_cache;
     mf_tensor slot, pos;
+    const mf_tensor *slot_mapping; // (n_tokens) i32, or NULL: (slot, pos) as above
     const mf_tensor *q;        // NULL: none
     const mf_tensor *inv_freq; // NULL: no RoPE
 } mf_kv_write_args;

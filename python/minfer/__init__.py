@@ -590,8 +590,8 @@ def _empty_f32(ref, shape):
 
 
 def attention(q, k, v, *, causal=False, scale=None, window=0, cu_seqlens_q=None, cu_seqlens_k=None,
-              max_q_len=None, max_k_len=None, k_lens=None, slots=None, return_lse=False, out=None,
-              num_splits=0):
+              max_q_len=None, max_k_len=None, k_lens=None, slots=None, block_table=None, return_lse=False,
+              out=None, num_splits=0):
     """Flash attention (mf_attention); returns o, or (o, lse) with return_lse.
 
     Three modes, picked by the index arrays given (int32, on q's device):
@@ -601,6 +601,9 @@ def attention(q, k, v, *, causal=False, scale=None, window=0, cu_seqlens_q=None,
       cache:  q (total_q, n_heads, D) with cu_seqlens_q; k, v the cache
               (n_slots, max_len, n_kv_heads, D); k_lens (batch) keys per
               sequence; slots (batch) or None (slot b).
+      paged:  cache mode with block_table (batch, max_blocks) int32: k, v a
+              pool (n_blocks, block_size, n_kv_heads, D); key j of sequence b
+              is row j % block_size of block block_table[b, j // block_size].
     causal: bottom-right aligned (query i sees keys j <= i + k_len - q_len);
     window > 0 (causal only): at most `window` keys ending at the query's own
     position. scale None: 1 / sqrt(D). max_q_len / max_k_len: host bounds of the
@@ -622,6 +625,7 @@ def attention(q, k, v, *, causal=False, scale=None, window=0, cu_seqlens_q=None,
     args.cu_seqlens_k = _opt(cu_seqlens_k, "attention: cu_seqlens_k", views)
     args.k_lens = _opt(k_lens, "attention: k_lens", views)
     args.slots = _opt(slots, "attention: slots", views)
+    args.block_table = _opt(block_table, "attention: block_table", views)
     if cu_seqlens_q is None:
         args.batch = q.shape[0] if len(q.shape) == 4 else 0
     else:

@@ -143,7 +143,7 @@ class AttentionArgs(ctypes.Structure):
         ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
         ("lse", TensorP),
         ("cu_seqlens_q", TensorP), ("cu_seqlens_k", TensorP),
-        ("k_lens", TensorP), ("slots", TensorP),
+        ("k_lens", TensorP), ("slots", TensorP), ("block_table", TensorP),
         ("batch", ctypes.c_int32),
         ("max_q_len", ctypes.c_int64), ("max_k_len", ctypes.c_int64),
         ("scale", ctypes.c_float),
@@ -275,6 +275,6 @@ LAYOUT = {
                               "routed_scale", "shared_w1", "shared_w2", "shared_gate", "residual", "out",
                               "workspace", "workspace_bytes"]),
     "mf_attention_args": (AttentionArgs, ["q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "k_lens",
-                                          "slots", "batch", "max_q_len", "max_k_len", "scale", "causal", "window",
+                                          "slots", "block_table", "batch", "max_q_len", "max_k_len", "scale", "causal", "window",
                                           "num_splits", "workspace", "workspace_bytes"]),
 }

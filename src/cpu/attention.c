@@ -21,6 +21,9 @@
 // Decode (at most kDecodeRows query rows per kv head: q_len * grp) takes a
 // second path, key-major, without BLAS: see "Decode path" below.
 //
+// A paged cache (block_table) is read through the table: a tile that spans
+// blocks is gathered into scratch, decode panels stop at block ends.
+//
 // Index arrays are host memory here: their values are checked before
 // anything is written.
 #include <cblas.h>
@@ -53,7 +56,8 @@ static int64_t block_m(int64_t grp) {
 typedef struct {
     int64_t qrow;  // row index of its first query: into (total_q) or b * q_len (fixed)
     int64_t q_len, k_len;
-    int64_t kbase, vbase; // element offset of key 0, kv head 0
+    int64_t kbase, vbase; // element offset of key 0, kv head 0 (paged: unused)
+    const int32_t *table; // paged cache: its row of the block table; NULL: keys are rows of one run
 } att_seq;
 
 typedef struct {
@@ -69,8 +73,26 @@ typedef struct {
     bool fixed;                     // (batch, q_len, ...) q/o: row (b, i) at b * q_bs + i * q_rs
     int64_t q_bs, o_bs;
     int64_t k_rs, k_hs, v_rs, v_hs; // k/v: key-position and head strides
+    int64_t bs, k_bs, v_bs;         // paged cache: keys per block, k/v block strides
     float scale;
 } att_geom;
+
+// Element offsets of key j's row (kv head 0) in k and v.
+static inline int64_t key_off(const att_geom *G, const att_seq *s, int64_t j) {
+    if (!s->table) return s->kbase + j * G->k_rs;
+    return s->table[j / G->bs] * G->k_bs + (j % G->bs) * G->k_rs;
+}
+static inline int64_t val_off(const att_geom *G, const att_seq *s, int64_t j) {
+    if (!s->table) return s->vbase + j * G->v_rs;
+    return s->table[j / G->bs] * G->v_bs + (j % G->bs) * G->v_rs;
+}
+
+// Keys from j on that lie in one run of rows (paged: up to the end of j's block), at most n.
+static inline int64_t run_len(const att_geom *G, const att_seq *s, int64_t j, int64_t n) {
+    if (!s->table) return n;
+    const int64_t left = G->bs - j % G->bs;
+    return left < n ? left : n;
+}
 
 // Element offset of query row (b, i) in q (or o) from the per-sequence row index.
 static inline int64_t row_off(const att_geom *G, const att_seq *s, int64_t b, int64_t i, int64_t rs, int64_t bs) {
@@ -153,23 +175,26 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
     int64_t jlo, jhi;
     visible_span(p, s->q_len, s->k_len, i0, i0 + ni - 1, &jlo, &jhi);
     // f32 rows go to BLAS in place when their stride is a valid leading dimension.
-    const bool kdirect = dt == MF_DTYPE_F32 && G->k_rs >= D && G->k_rs <= INT32_MAX;
-    const bool vdirect = dt == MF_DTYPE_F32 && G->v_rs >= D && G->v_rs <= INT32_MAX;
+    // (A paged tile that spans blocks is gathered, as f16/bf16 tiles are widened.)
     const int64_t BN = G->BN;
     for (int64_t j0 = jlo; j0 < jhi; j0 += BN) {
         const int64_t nb = jhi - j0 < BN ? jhi - j0 : BN;
-        const int64_t ko = s->kbase + j0 * G->k_rs + g * G->k_hs, vo = s->vbase + j0 * G->v_rs + g * G->v_hs;
+        const bool one_run = run_len(G, s, j0, nb) == nb;
+        const bool kdirect = one_run && dt == MF_DTYPE_F32 && G->k_rs >= D && G->k_rs <= INT32_MAX;
+        const bool vdirect = one_run && dt == MF_DTYPE_F32 && G->v_rs >= D && G->v_rs <= INT32_MAX;
         const float *kb = w->k, *vb = w->v;
         int64_t ldk = D, ldv = D;
         if (kdirect) {
-            kb = (const float *)p->k.data + ko, ldk = G->k_rs;
+            kb = (const float *)p->k.data + key_off(G, s, j0) + g * G->k_hs, ldk = G->k_rs;
         } else {
-            for (int64_t j = 0; j < nb; j++) mf_cpu_to_f32(w->k + j * D, p->k.data, dt, ko + j * G->k_rs, D);
+            for (int64_t j = 0; j < nb; j++)
+                mf_cpu_to_f32(w->k + j * D, p->k.data, dt, key_off(G, s, j0 + j) + g * G->k_hs, D);
         }
         if (vdirect) {
-            vb = (const float *)p->v.data + vo, ldv = G->v_rs;
+            vb = (const float *)p->v.data + val_off(G, s, j0) + g * G->v_hs, ldv = G->v_rs;
         } else {
-            for (int64_t j = 0; j < nb; j++) mf_cpu_to_f32(w->v + j * D, p->v.data, dt, vo + j * G->v_rs, D);
+            for (int64_t j = 0; j < nb; j++)
+                mf_cpu_to_f32(w->v + j * D, p->v.data, dt, val_off(G, s, j0 + j) + g * G->v_hs, D);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)nb, (blasint)D, G->scale, w->q,
                     (blasint)D, kb, (blasint)ldk, 0.0f, w->s, (blasint)BN);
@@ -326,10 +351,10 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
             if (dt != MF_DTYPE_F32) dec_sk(qr, w->t, D, true);
         }
     const int64_t es = (int64_t)mf_dtype_size(dt);
-    const char *kb = (const char *)p->k.data + (s->kbase + it->j0 * G->k_rs) * es;
-    const char *vb = (const char *)p->v.data + (s->vbase + it->j0 * G->v_rs) * es;
+    const char *kb = (const char *)p->k.data, *vb = (const char *)p->v.data;
     for (int64_t j = 0; j < nb; j++)
-        dec_qk(dt, w->q, s->q_len, G->KVH, grp, D, kb + j * G->k_rs * es, G->k_hs * es, G->scale, w->s + j);
+        dec_qk(dt, w->q, s->q_len, G->KVH, grp, D, kb + key_off(G, s, it->j0 + j) * es, G->k_hs * es, G->scale,
+               w->s + j);
     for (int64_t r = 0; r < R; r++) {
         float *sr = w->s + r * kDecodeChunk;
         int64_t lo, hi;
@@ -347,9 +372,11 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
         }
     }
     memset(po, 0, (size_t)(R * D) * sizeof(float));
-    for (int64_t j = 0; j < nb; j += kDecodePanel) // panels of whole rows of V (all kv heads)
-        dec_pv(dt, w->s + j, s->q_len, G->KVH, grp, D, vb + j * G->v_rs * es, G->v_rs, G->v_hs * es,
-               nb - j < kDecodePanel ? nb - j : kDecodePanel, po);
+    for (int64_t j = 0, nk; j < nb; j += nk) { // panels of whole rows of V (all kv heads), within a block
+        nk = run_len(G, s, it->j0 + j, nb - j < kDecodePanel ? nb - j : kDecodePanel);
+        dec_pv(dt, w->s + j, s->q_len, G->KVH, grp, D, vb + val_off(G, s, it->j0 + j) * es, G->v_rs, G->v_hs * es,
+               nk, po);
+    }
 }
 
 // Merges the chunks [t0, t1) of sequence b (partials of Rmax rows each) into o and lse.
@@ -459,6 +486,7 @@ static mf_status fill_seqs(const mf_attention_args *p, att_seq *seq) {
     const int32_t batch = p->batch;
     if (!p->cu_seqlens_q) { // fixed
         for (int32_t b = 0; b < batch; b++) {
+            seq[b].table = NULL;
             seq[b].qrow = (int64_t)b * p->q.shape[1];
             seq[b].q_len = p->q.shape[1], seq[b].k_len = p->k.shape[1];
             seq[b].kbase = b * p->k.stride[0], seq[b].vbase = b * p->v.stride[0];
@@ -471,7 +499,7 @@ static mf_status fill_seqs(const mf_attention_args *p, att_seq *seq) {
         const int32_t *cuk = p->cu_seqlens_k->data;
         MF_TRY(check_cu(cuk, "cu_seqlens_k", batch, p->k.shape[0], p->max_k_len, "max_k_len", "k"));
         for (int32_t b = 0; b < batch; b++) {
-            seq[b].qrow = cuq[b], seq[b].q_len = cuq[b + 1] - cuq[b];
+            seq[b].qrow = cuq[b], seq[b].q_len = cuq[b + 1] - cuq[b], seq[b].table = NULL;
             seq[b].k_len = cuk[b + 1] - cuk[b];
             seq[b].kbase = (int64_t)cuk[b] * p->k.stride[0], seq[b].vbase = (int64_t)cuk[b] * p->v.stride[0];
         }
@@ -479,14 +507,26 @@ static mf_status fill_seqs(const mf_attention_args *p, att_seq *seq) {
     }
     const int32_t *kl = p->k_lens->data, *slots = p->slots ? p->slots->data : NULL;
     const int64_t n_slots = p->k.shape[0], max_len = p->k.shape[1];
+    const mf_tensor *bt = p->block_table;
+    const int64_t width = bt ? bt->shape[1] : 1, max_keys = bt ? width * max_len : max_len;
     for (int32_t b = 0; b < batch; b++) {
         const int64_t slot = slots ? slots[b] : b;
-        if (slot < 0 || slot >= n_slots)
+        if (!bt && (slot < 0 || slot >= n_slots))
             return mf_fail(MF_ERR_INVALID_ARG, "attention: slots[%d] = %lld out of range [0, n_slots = %lld)", b,
                            (long long)slot, (long long)n_slots);
-        if (kl[b] < 0 || kl[b] > max_len)
-            return mf_fail(MF_ERR_INVALID_ARG, "attention: k_lens[%d] = %d out of range [0, max_len = %lld]", b, kl[b],
-                           (long long)max_len);
+        if (kl[b] < 0 || kl[b] > max_keys)
+            return mf_fail(MF_ERR_INVALID_ARG, "attention: k_lens[%d] = %d out of range [0, %s = %lld]", b, kl[b],
+                           bt ? "max_blocks x block_size" : "max_len", (long long)max_keys);
+        seq[b].table = NULL;
+        if (bt) {
+            const int32_t *row = (const int32_t *)bt->data + b * bt->stride[0];
+            for (int64_t i = 0; i < (kl[b] + max_len - 1) / max_len; i++)
+                if (row[i] < 0 || row[i] >= n_slots)
+                    return mf_fail(MF_ERR_INVALID_ARG,
+                                   "attention: block_table[%d, %lld] = %d out of range [0, n_blocks = %lld)", b,
+                                   (long long)i, row[i], (long long)n_slots);
+            seq[b].table = row;
+        }
         if (kl[b] > p->max_k_len)
             return mf_fail(MF_ERR_INVALID_ARG, "attention: k_lens[%d] = %d past max_k_len = %lld", b, kl[b],
                            (long long)p->max_k_len);
@@ -508,6 +548,7 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
     G.fixed = fixed, G.q_bs = p->q.stride[0], G.o_bs = p->o.stride[0];
     G.k_rs = p->k.stride[knd - 3], G.k_hs = p->k.stride[knd - 2];
     G.v_rs = p->v.stride[knd - 3], G.v_hs = p->v.stride[knd - 2];
+    G.bs = p->k.shape[1], G.k_bs = p->k.stride[0], G.v_bs = p->v.stride[0]; // paged cache only
 
     att_seq *seq = mf_malloc((size_t)(p->batch > 0 ? p->batch : 1) * sizeof *seq);
     if (!seq) return mf_fail(MF_ERR_OOM, "attention: out of host memory for %d sequences", (int)p->batch);

@@ -1,5 +1,5 @@
 // CPU KV-cache write (mf_kv_write): k_cache[slot, pos] = rope(k), v_cache[slot,
-// pos] = v, q = rope(q) in place. The rotation is mf_rope's exactly: angle =
+// pos] = v (paged: row slot_mapping[t] of the block pool), q = rope(q) in place. The rotation is mf_rope's exactly: angle =
 // (float)pos * inv_freq[i] rounded to f32, cosf/sinf, the products and sums
 // in f32, HF rotate_half pairs (i, i + rot_dim/2), dims >= rot_dim copied
 // as they are. Slots and positions are all checked before anything is
@@ -42,12 +42,15 @@ mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *p) {
     (void)be;
     const int64_t n = p->k.shape[0], KVH = p->k.shape[1], D = p->k.shape[2];
     const int64_t n_slots = p->k_cache.shape[0], max_len = p->k_cache.shape[1];
-    const int32_t *slot = p->slot.data, *pos = p->pos.data;
+    const int32_t *slot = p->slot.data, *pos = p->pos.data, *map = p->slot_mapping ? p->slot_mapping->data : NULL;
     for (int64_t t = 0; t < n; t++) {
-        if (slot[t] < 0 || slot[t] >= n_slots)
+        if (map && (map[t] < 0 || map[t] >= n_slots * max_len))
+            return mf_fail(MF_ERR_INVALID_ARG, "kv_write: slot_mapping[%lld] = %d out of range [0, %lld blocks x %lld)",
+                           (long long)t, map[t], (long long)n_slots, (long long)max_len);
+        if (!map && (slot[t] < 0 || slot[t] >= n_slots))
             return mf_fail(MF_ERR_INVALID_ARG, "kv_write: slot[%lld] = %d out of range [0, %lld)", (long long)t,
                            slot[t], (long long)n_slots);
-        if (pos[t] < 0 || pos[t] >= max_len)
+        if (pos[t] < 0 || (!map && pos[t] >= max_len))
             return mf_fail(MF_ERR_INVALID_ARG, "kv_write: pos[%lld] = %d out of range [0, max_len = %lld)",
                            (long long)t, pos[t], (long long)max_len);
     }
@@ -67,8 +70,9 @@ mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *p) {
             const float angle = (float)pos[t] * inv[i];
             cs[2 * i] = cosf(angle), cs[2 * i + 1] = sinf(angle);
         }
-        const int64_t cbase = (int64_t)slot[t] * kc->stride[0] + (int64_t)pos[t] * kc->stride[1];
-        const int64_t vbase = (int64_t)slot[t] * vc->stride[0] + (int64_t)pos[t] * vc->stride[1];
+        const int64_t blk = map ? map[t] / max_len : slot[t], row = map ? map[t] % max_len : pos[t];
+        const int64_t cbase = blk * kc->stride[0] + row * kc->stride[1];
+        const int64_t vbase = blk * vc->stride[0] + row * vc->stride[1];
         for (int64_t h = 0; h < KVH; h++) {
             rot_row(&p->k, t * p->k.stride[0] + h * p->k.stride[1], kc->data, kc->dtype, cbase + h * kc->stride[2], D,
                     half, cs);

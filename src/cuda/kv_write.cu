@@ -1,5 +1,6 @@
 // KV-cache write (mf_kv_write) on CUDA: one launch scatters the k and v rows
-// of every token of a step to (slot[t], pos[t]) of the caches, with RoPE
+// of every token of a step to (slot[t], pos[t]) of the caches (paged: to row
+// slot_mapping[t] of the block pool), with RoPE
 // fused on k (and on q, in place, when given). The rotation is mf_rope's:
 // angle = __fmul_rn((float)pos, inv_freq[i]) (the f32 product, never
 // contracted), precise sincosf (angles reach ~1e5 rad), HF rotate_half pairs
@@ -28,6 +29,7 @@ struct KvParams {
     void *kc, *vc;           // (n_slots, max_len, n_kv, D): (s, p, h, d) at s * c_ss + p * c_ps + h * c_hs + d
     void *q;                 // (n, n_heads, D) rotated in place, or NULL
     const int32_t *slot, *pos; // (n)
+    const int32_t *map;      // (n) rows of the block pool (paged: slot_mapping), or NULL: (slot, pos)
     const float *inv_freq;   // (half), or NULL (no RoPE)
     int64_t k_ts, k_hs, v_ts, v_hs, q_ts, q_hs;
     int64_t kc_ss, kc_ps, kc_hs, vc_ss, vc_ps, vc_hs;
@@ -84,8 +86,10 @@ __global__ void __launch_bounds__(kKvThreads) kv_write_kernel(KvParams p) {
     const int64_t k_units = p.half ? rot_units + tail_units : row_units;
     const int64_t nq = p.n_heads * rot_units, nk = p.n_kv * k_units, total = nq + nk + p.n_kv * row_units;
     for (int64_t t = blockIdx.x; t < p.n; t += gridDim.x) {
-        const int32_t slot = p.slot[t], pos = p.pos[t];
-        if (slot < 0 || (int64_t)slot >= p.n_slots || pos < 0 || (int64_t)pos >= p.max_len) {
+        const int32_t pos = p.pos[t];
+        const int64_t r = p.map ? (int64_t)p.map[t] : 0;
+        const int64_t slot = p.map ? r / p.max_len : (int64_t)p.slot[t], row = p.map ? r % p.max_len : (int64_t)pos;
+        if (r < 0 || slot < 0 || slot >= p.n_slots || pos < 0 || (!p.map && (int64_t)pos >= p.max_len)) {
             if (threadIdx.x == 0) atomicAdd(p.err, 1u);
             continue; // uniform over the block
         }
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(kKvThreads) kv_write_kernel(KvParams p) {
             } else if (u < nq + nk) { // k head -> k_cache, rotated part then the rest
                 const int64_t w = u - nq, h = w / k_units, c = w - h * k_units;
                 const int64_t so = t * p.k_ts + h * p.k_hs;
-                const int64_t dof = (int64_t)slot * p.kc_ss + (int64_t)pos * p.kc_ps + h * p.kc_hs;
+                const int64_t dof = slot * p.kc_ss + row * p.kc_ps + h * p.kc_hs;
                 if (p.half && c < rot_units)
                     rot_unit(p.k, p.k_dt, so, p.kc, p.c_dt, dof, c * kMfVec, p.half, cs, p.vec);
                 else if (p.half)
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(kKvThreads) kv_write_kernel(KvParams p) {
             } else { // v head -> v_cache
                 const int64_t w = u - nq - nk, h = w / row_units, c = w - h * row_units;
                 const int64_t so = t * p.v_ts + h * p.v_hs;
-                const int64_t dof = (int64_t)slot * p.vc_ss + (int64_t)pos * p.vc_ps + h * p.vc_hs;
+                const int64_t dof = slot * p.vc_ss + row * p.vc_ps + h * p.vc_hs;
                 copy_unit(p.v, p.v_dt, so, p.vc, p.c_dt, dof, c * kMfVec, p.D, p.vec);
             }
         }
@@ -147,6 +151,7 @@ extern "C" mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *a)
     p.q_dt = a->q ? (int)a->q->dtype : 0;
     p.n_heads = a->q ? a->q->shape[1] : 0;
     p.slot = static_cast<const int32_t *>(a->slot.data);
+    p.map = a->slot_mapping ? static_cast<const int32_t *>(a->slot_mapping->data) : nullptr;
     p.pos = static_cast<const int32_t *>(a->pos.data);
     p.inv_freq = a->inv_freq ? static_cast<const float *>(a->inv_freq->data) : nullptr;
     p.half = a->inv_freq ? a->inv_freq->shape[0] : 0;

@@ -65,6 +65,7 @@ const char *mf_finish_reason_str(mf_finish_reason r) {
     case MF_FINISH_EOS: return "eos";
     case MF_FINISH_STOP: return "stop";
     case MF_FINISH_LENGTH: return "length";
+    case MF_FINISH_ABORT: return "abort";
     }
     return "unknown";
 }

@@ -32,6 +32,29 @@ static mf_status check_index(const mf_backend *be, const mf_attention_args *p, c
     return MF_OK;
 }
 
+// block_table: (batch, max_blocks) i32, stride[1] == 1, on be's device, apart from what the op writes.
+static mf_status check_table(const mf_backend *be, const mf_attention_args *p) {
+    const mf_tensor *t = p->block_table;
+    MF_TRY(mf_check_on(be, t, op, "block_table"));
+    if (t->dtype != MF_DTYPE_I32)
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: block_table dtype %s (want i32)", mf_dtype_name(t->dtype));
+    if (t->ndim != 2)
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: block_table has %d dims (want 2: (batch, max_blocks))", t->ndim);
+    if (t->shape[0] != p->batch)
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: block_table has %lld rows (want batch = %d)",
+                       (long long)t->shape[0], (int)p->batch);
+    if (t->shape[1] < 1)
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: block_table has %lld columns (want >= 1)", (long long)t->shape[1]);
+    if (t->shape[1] > 1 && t->stride[1] != 1)
+        return mf_fail(MF_ERR_UNSUPPORTED, "attention: block_table stride[1] = %lld (want 1)", (long long)t->stride[1]);
+    if (t->shape[0] > 1 && t->stride[0] < t->shape[1])
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: block_table stride[0] = %lld < its %lld columns (rows overlap)",
+                       (long long)t->stride[0], (long long)t->shape[1]);
+    MF_TRY(mf_check_disjoint(&p->o, t, op, "o", "block_table"));
+    if (p->lse) MF_TRY(mf_check_disjoint(p->lse, t, op, "lse", "block_table"));
+    return MF_OK;
+}
+
 // q, k, v, o: float, ndim dims, unit stride along head_dim.
 static mf_status check_qkvo(const mf_backend *be, const mf_tensor *t, const char *name, int nd, const char *dims) {
     MF_TRY(mf_check_on(be, t, op, name));
@@ -69,12 +92,18 @@ static mf_status check_args(mf_backend *be, const mf_attention_args *p, bool *em
         if (p->slots)
             return mf_fail(MF_ERR_INVALID_ARG, "attention: slots given without k_lens and cu_seqlens_q (cache mode)");
     }
+    if (p->block_table && mode != MODE_CACHE)
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: block_table given in %s mode (a paged cache needs k_lens: cache mode)",
+                       mode_names[mode]);
+    if (p->block_table && p->slots)
+        return mf_fail(MF_ERR_INVALID_ARG, "attention: both slots and block_table given (a paged cache has no slots)");
     const char *mn = mode_names[mode];
     const bool fixed = mode == MODE_FIXED;
     const int qnd = fixed ? 4 : 3, knd = mode == MODE_PACKED ? 3 : 4;
     const char *qdims = fixed ? "(batch, q_len, n_heads, head_dim)" : "(total_q, n_heads, head_dim)";
     const char *kdims = fixed              ? "(batch, k_len, n_kv_heads, head_dim)"
                         : mode == MODE_PACKED ? "(total_k, n_kv_heads, head_dim)"
+                        : p->block_table      ? "(n_blocks, block_size, n_kv_heads, head_dim)"
                                               : "(n_slots, max_len, n_kv_heads, head_dim)";
     MF_TRY(check_qkvo(be, &p->q, "q", qnd, qdims));
     MF_TRY(check_qkvo(be, &p->o, "o", qnd, qdims));
@@ -126,6 +155,7 @@ static mf_status check_args(mf_backend *be, const mf_attention_args *p, bool *em
         } else {
             MF_TRY(check_index(be, p, p->k_lens, "k_lens", p->batch, "batch"));
             if (p->slots) MF_TRY(check_index(be, p, p->slots, "slots", p->batch, "batch"));
+            if (p->block_table) MF_TRY(check_table(be, p));
         }
     }
 

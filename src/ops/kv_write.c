@@ -35,7 +35,8 @@ static mf_status check_index(const mf_backend *be, const mf_tensor *t, const cha
 
 mf_status mf_kv_write(mf_backend *be, const mf_kv_write_args *p) {
     MF_TRY(mf_check_call(be, p, op));
-    static const char kd[] = "(n_tokens, n_kv_heads, head_dim)", cd[] = "(n_slots, max_len, n_kv_heads, head_dim)";
+    static const char kd[] = "(n_tokens, n_kv_heads, head_dim)";
+    const char *cd = p->slot_mapping ? "(n_blocks, block_size, n_kv_heads, head_dim)" : "(n_slots, max_len, n_kv_heads, head_dim)";
     MF_TRY(check_rows(be, &p->k, "k", 3, kd));
     MF_TRY(check_rows(be, &p->v, "v", 3, kd));
     MF_TRY(check_rows(be, &p->k_cache, "k_cache", 4, cd));
@@ -58,7 +59,13 @@ mf_status mf_kv_write(mf_backend *be, const mf_kv_write_args *p) {
     if (p->k_cache.shape[3] != D)
         return mf_fail(MF_ERR_INVALID_ARG, "kv_write: k_cache head_dim %lld != k's %lld", (long long)p->k_cache.shape[3],
                        (long long)D);
-    MF_TRY(check_index(be, &p->slot, "slot", n));
+    if (p->slot_mapping) {
+        if (p->slot.data)
+            return mf_fail(MF_ERR_INVALID_ARG, "kv_write: both slot and slot_mapping given (paged: slot_mapping only)");
+        MF_TRY(check_index(be, p->slot_mapping, "slot_mapping", n));
+    } else {
+        MF_TRY(check_index(be, &p->slot, "slot", n));
+    }
     MF_TRY(check_index(be, &p->pos, "pos", n));
 
     const mf_tensor *caches[2] = {&p->k_cache, &p->v_cache};
@@ -67,7 +74,7 @@ mf_status mf_kv_write(mf_backend *be, const mf_kv_write_args *p) {
     if (!mf_views_disjoint(&p->k_cache, &p->v_cache))
         return mf_fail(MF_ERR_INVALID_ARG, "kv_write: k_cache and v_cache overlap in memory");
     // Everything read must be apart from everything written.
-    const mf_tensor *reads[5] = {&p->k, &p->v, &p->slot, &p->pos, p->inv_freq};
+    const mf_tensor *reads[5] = {&p->k, &p->v, p->slot_mapping ? p->slot_mapping : &p->slot, &p->pos, p->inv_freq};
     static const char *const rn[5] = {"k", "v", "slot", "pos", "inv_freq"};
     for (int c = 0; c < 2; c++)
         for (int r = 0; r < 5; r++)

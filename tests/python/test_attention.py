@@ -111,6 +111,37 @@ def test_cache_mode_slots_nan_and_max_lens():
         minfer.attention(q, kc, vc, causal=True, cu_seqlens_q=cq, k_lens=k_lens, slots=slots, max_k_len=36)
 
 
+def test_paged_cache_shared_blocks():
+    """A pool of shuffled blocks (NaN where nothing is written), two sequences
+    sharing their first two blocks, one past a block edge, one on it."""
+    H, KVH, D, bs, n_blocks = 4, 2, 32, 16, 12
+    kc = np.full((n_blocks, bs, KVH, D), np.nan, np.float32)
+    vc = np.full((n_blocks, bs, KVH, D), np.nan, np.float32)
+    table = np.array([[7, 2, 10, 0], [7, 2, 5, 99]], np.int32)  # 99: past the sequence's blocks, never read
+    k_lens = np.array([50, 48], np.int32)
+    keys = [rnd(50, KVH, D), None]
+    vals = [rnd(50, KVH, D), None]
+    keys[1] = np.concatenate([keys[0][:32], rnd(16, KVH, D)])
+    vals[1] = np.concatenate([vals[0][:32], rnd(16, KVH, D)])
+    for b in range(2):
+        for j in range(k_lens[b]):
+            kc[table[b, j // bs], j % bs] = keys[b][j]
+            vc[table[b, j // bs], j % bs] = vals[b][j]
+    ql = [3, 1]
+    cq = np.array([0, 3, 4], np.int32)
+    q = rnd(4, H, D)
+    o, lse = minfer.attention(q, kc, vc, causal=True, cu_seqlens_q=cq, k_lens=k_lens, block_table=table,
+                              return_lse=True)
+    for b in range(2):
+        ro, rl = ref_seq(q[cq[b]:cq[b + 1]], keys[b], vals[b], True, 1 / math.sqrt(D))
+        np.testing.assert_allclose(o[cq[b]:cq[b + 1]], ro, atol=2e-5, rtol=2e-5)
+        np.testing.assert_allclose(lse[cq[b]:cq[b + 1]], rl, atol=2e-5, rtol=2e-5)
+    bad = table.copy()
+    bad[1, 2] = 12
+    with pytest.raises(minfer.MinferError, match="block_table\\[1, 2\\] = 12 out of range"):
+        minfer.attention(q, kc, vc, causal=True, cu_seqlens_q=cq, k_lens=k_lens, block_table=bad)
+
+
 def test_bf16_and_out():
     bf16 = pytest.importorskip("ml_dtypes").bfloat16
     q, k, v = rnd(1, 20, 4, 128), rnd(1, 20, 1, 128), rnd(1, 20, 1, 128, lo=-1, hi=1)
