@@ -75,6 +75,8 @@ typedef struct {
                                 // logits: log_softmax, before any sampling transform)
     int32_t top_logprobs;       // and the N most likely tokens' (0 .. MF_ENGINE_MAX_TOP_LOGPROBS)
     bool no_text;               // true: token ids only (no detokenizing); stop strings need text
+    bool host_sampling;         // true: always draw from the full logits on the host (the same
+                                // tokens as the device's argmax / top-k candidates; for tests)
 } mf_request_params;
 
 // Queues a request; *id names it from then on (ids are never reused). A
@@ -108,7 +110,10 @@ typedef struct {
 
 // One iteration. With nothing queued it returns at once (n_events 0). A
 // failure of the step itself (the backend, an injected fault) leaves every
-// request as it was before the step; the engine keeps serving.
+// request as it was before the step; the engine keeps serving. A sequence
+// whose logits cannot be sampled (a NaN or +inf logit, all -inf) ends with an
+// MF_FINISH_ABORT event; the step then returns that error, after every other
+// row is done (*out is filled either way).
 mf_status mf_engine_step(mf_engine *e, mf_engine_step_result *out);
 
 // Ends a request now: its blocks are freed (prompt blocks stay in the
@@ -160,6 +165,8 @@ typedef struct {
     int64_t generated_tokens;
     int64_t preemptions;
     int64_t steps;
+    int64_t device_picks;       // tokens chosen from what the device reduced logits to (argmax, top-k)
+    int64_t logit_reads;        // candidate rows that did not decide a draw: their logits read back
     int64_t kv_bytes;           // bytes of the pool
 } mf_engine_stats;
 mf_status mf_engine_get_stats(const mf_engine *e, mf_engine_stats *out);

@@ -10,6 +10,7 @@
 #include "minfer/model.h"
 #include "minfer/generate.h"
 #include "minfer/engine.h"
+#include "minfer/chat.h"
 
 #define MF_VERSION_MAJOR 0
 #define MF_VERSION_MINOR 1

@@ -62,12 +62,13 @@ __global__ void __launch_bounds__(kFbWarps * 32, 1) attn_fallback_kernel(const A
     }
     float m = -INFINITY, l = 0.0f;
     const int64_t kb = s.k_off + (int64_t)kvh * p.k_sh, vb = s.v_off + (int64_t)kvh * p.v_sh;
+    const KeyRows kr = attn_k_rows(p, s), vr = attn_v_rows(p, s);
     for (int j = j0; j < j1; j++) {
         float sc = 0.0f;
 #pragma unroll
         for (int e = 0; e < kFbMaxD / 32; e++) {
             const int d = lane + 32 * e;
-            if (d < D) sc = fmaf(q[e], mf_ld(p.k, p.dt, kb + (int64_t)j * p.k_sr + d), sc);
+            if (d < D) sc = fmaf(q[e], mf_ld(p.k, p.dt, kb + kr(j) + d), sc);
         }
         sc = mf_warp_sum(sc);
         const float m_new = fmaxf(m, sc), alpha = attn_exp2(m - m_new), pr = attn_exp2(sc - m_new);
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kFbWarps * 32, 1) attn_fallback_kernel(const A
 #pragma unroll
         for (int e = 0; e < kFbMaxD / 32; e++) {
             const int d = lane + 32 * e;
-            o[e] = o[e] * alpha + (d < D ? pr * mf_ld(p.v, p.dt, vb + (int64_t)j * p.v_sr + d) : 0.0f);
+            o[e] = o[e] * alpha + (d < D ? pr * mf_ld(p.v, p.dt, vb + vr(j) + d) : 0.0f);
         }
         m = m_new;
     }
@@ -93,8 +94,6 @@ __global__ void __launch_bounds__(kFbWarps * 32, 1) attn_fallback_kernel(const A
 // The kernel view of validated arguments (see ops.h for the three modes).
 mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p) {
     *p = AttnParams{};
-    if (a->block_table) // TODO(paged KV on CUDA): one table lookup per key tile in each kernel
-        return mf_fail(MF_ERR_UNSUPPORTED, "attention: a paged cache (block_table) is not supported on cuda yet");
     const bool fixed = !a->cu_seqlens_q, cache = a->k_lens != nullptr;
     const int qd = a->q.ndim; // 4 fixed, 3 otherwise
     p->q = a->q.data, p->k = a->k.data, p->v = a->v.data, p->o = a->o.data;
@@ -138,6 +137,21 @@ mf_status make_params(mf_cuda_ctx *c, const mf_attention_args *a, AttnParams *p)
         p->k_sb = a->k.stride[0], p->k_sr = a->k.stride[1], p->k_sh = a->k.stride[2];
         p->v_sb = a->v.stride[0], p->v_sr = a->v.stride[1], p->v_sh = a->v.stride[2];
         p->n_slots = a->k.shape[0], p->total_k = a->k.shape[1];
+        if (a->block_table) { // paged: (n_blocks, block_size, ...) read through the table
+            const int64_t bs = a->k.shape[1];
+            if (bs < 1 || (bs & (bs - 1)) != 0 || bs > (1 << 20))
+                return mf_fail(MF_ERR_UNSUPPORTED, "attention: block size %lld on cuda (want a power of two)",
+                               (long long)bs);
+            if (a->block_table->shape[1] > INT_MAX / bs)
+                return mf_fail(MF_ERR_UNSUPPORTED, "attention: %lld blocks of %lld keys per sequence on cuda",
+                               (long long)a->block_table->shape[1], (long long)bs);
+            p->table = static_cast<const int32_t *>(a->block_table->data);
+            p->table_sr = a->block_table->shape[0] > 1 ? a->block_table->stride[0] : a->block_table->shape[1];
+            p->table_w = (int)a->block_table->shape[1];
+            p->bs_log2 = 0;
+            while ((int64_t)1 << p->bs_log2 < bs) p->bs_log2++;
+            p->total_k = (int64_t)p->table_w * bs;
+        }
     } else {
         p->k_sr = a->k.stride[0], p->k_sh = a->k.stride[1];
         p->v_sr = a->v.stride[0], p->v_sh = a->v.stride[1];

@@ -19,12 +19,15 @@ struct AttnParams {
     int64_t l_sb, l_sr, l_sh;    // lse strides (fixed: batch, row, head; else 0, row, head)
     const int32_t *cu_q, *cu_k;  // (batch + 1) or NULL
     const int32_t *k_lens, *slots; // (batch) or NULL
+    const int32_t *table;        // paged cache: (batch, table_w) block ids at row stride table_sr; else NULL
+    int64_t table_sr;
+    int table_w, bs_log2;        // paged: blocks per table row, log2 of the block size (k_sb: block stride)
     int mode;                    // kModeFixed | kModePacked | kModeCache
     int batch, n_heads, n_kv_heads, grp, head_dim;
     int q_len_fixed, k_len_fixed; // fixed mode lengths
     int64_t total_q;             // q rows (packed/cache: q.shape[0]; fixed: batch * q_len)
-    int64_t total_k;             // packed: k.shape[0]; cache: max_len
-    int64_t n_slots;             // cache mode
+    int64_t total_k;             // packed: k.shape[0]; cache: max_len (paged: table_w x block size)
+    int64_t n_slots;             // cache mode (paged: blocks in the pool)
     int max_q_len, max_k_len;    // grid bounds (fixed mode: the fixed lengths)
     float scale_log2;            // scale * log2(e): scores live in the exp2 domain
     int causal, window;
@@ -42,11 +45,32 @@ struct SeqView {
     int64_t q_off, o_off, k_off, v_off, l_off, row0;
     int q_len, k_len;
     bool ok;
+    const int32_t *tbl; // paged: the sequence's block table row (k_off = v_off = 0); else NULL
 };
+
+// Element offset of key row j from a sequence's k (or v) base: j rows of
+// `sr` in one run, or, paged, row j % block_size of block tbl[j / block_size]
+// (blocks `sb` apart): one table lookup per key row, from L1.
+struct KeyRows {
+    const int32_t *tbl;
+    int64_t sr, sb;
+    int bs_log2;
+    __device__ __forceinline__ int64_t operator()(int j) const {
+        if (!tbl) return (int64_t)j * sr;
+        return (int64_t)__ldg(tbl + (j >> bs_log2)) * sb + (int64_t)(j & ((1 << bs_log2) - 1)) * sr;
+    }
+};
+__device__ __forceinline__ KeyRows attn_k_rows(const AttnParams &p, const SeqView &s) {
+    return KeyRows{s.tbl, p.k_sr, p.k_sb, p.bs_log2};
+}
+__device__ __forceinline__ KeyRows attn_v_rows(const AttnParams &p, const SeqView &s) {
+    return KeyRows{s.tbl, p.v_sr, p.v_sb, p.bs_log2};
+}
 
 __device__ __forceinline__ SeqView attn_seq(const AttnParams &p, int b) {
     SeqView s;
     s.ok = true;
+    s.tbl = nullptr;
     if (p.mode == kModeFixed) {
         s.q_len = p.q_len_fixed, s.k_len = p.k_len_fixed, s.row0 = (int64_t)b * p.q_len_fixed;
         s.q_off = b * p.q_sb, s.o_off = b * p.o_sb, s.l_off = b * p.l_sb;
@@ -67,6 +91,15 @@ __device__ __forceinline__ SeqView attn_seq(const AttnParams &p, int b) {
         if (k0 < 0 || k1 < k0 || k1 > p.total_k || k1 - k0 > p.max_k_len) s.ok = false;
         s.k_len = s.ok ? (int)(k1 - k0) : 0;
         s.k_off = s.ok ? k0 * p.k_sr : 0, s.v_off = s.ok ? k0 * p.v_sr : 0;
+    } else if (p.table) { // paged: every block the keys use must be in the pool
+        const int64_t kl = p.k_lens[b];
+        if (kl < 0 || kl > p.max_k_len || kl > p.total_k) s.ok = false;
+        const int32_t *t = p.table + (int64_t)b * p.table_sr;
+        for (int64_t i = 0; s.ok && i < (kl + (1 << p.bs_log2) - 1) >> p.bs_log2; i++)
+            if (t[i] < 0 || t[i] >= p.n_slots) s.ok = false;
+        s.k_len = s.ok ? (int)kl : 0;
+        s.k_off = s.v_off = 0;
+        s.tbl = t;
     } else {
         const int64_t kl = p.k_lens[b], slot = p.slots ? p.slots[b] : b;
         if (kl < 0 || kl > p.max_k_len || kl > p.total_k || slot < 0 || slot >= p.n_slots) s.ok = false;

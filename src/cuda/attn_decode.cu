@@ -81,14 +81,15 @@ __global__ void __launch_bounds__(kDecThreads, R == 4 ? 3 : 1)
     }
 
     const int64_t kb = s.k_off + (int64_t)kvh * p.k_sh + dp * 8, vb = s.v_off + (int64_t)kvh * p.v_sh + dp * 8;
+    const KeyRows kr = attn_k_rows(p, s), vr = attn_v_rows(p, s);
     for (int j0 = k0 + warp * kKeys; j0 < k1; j0 += kDecWarps * kKeys * kUnroll) {
         float kf[kUnroll][8], vf[kUnroll][8];
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
             const int j = j0 + u * kDecWarps * kKeys + kg;
             if (j < k1) { // past k1 nothing is read: NaN in the cache stays out
-                mf_ld8(p.k, p.dt, kb + (int64_t)j * p.k_sr, kf[u]);
-                mf_ld8(p.v, p.dt, vb + (int64_t)j * p.v_sr, vf[u]);
+                mf_ld8(p.k, p.dt, kb + kr(j), kf[u]);
+                mf_ld8(p.v, p.dt, vb + vr(j), vf[u]);
             } else {
 #pragma unroll
                 for (int d = 0; d < 8; d++) kf[u][d] = vf[u][d] = 0.0f;

@@ -82,18 +82,19 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
     }
 }
 
-// Issue the cp.async of one kBlockN x D tile (keys n0.. of one head) into
-// smem; rows at or past k_len are zero-filled, never read, so that a NaN in
-// the cache past the sequence cannot reach P.V (0 * NaN = NaN).
+// Issue the cp.async of one kBlockN x D tile (keys n0.. of one head, rows
+// where `rows` says: one run, or a paged cache's blocks) into smem; rows at
+// or past k_len are zero-filled, never read, so that a NaN in the cache past
+// the sequence cannot reach P.V (0 * NaN = NaN).
 template <int D>
-__device__ __forceinline__ void load_tile(uint16_t *sm, const uint16_t *g, int64_t row_stride, int n0, int k_len) {
+__device__ __forceinline__ void load_tile(uint16_t *sm, const uint16_t *g, const KeyRows &rows, int n0, int k_len) {
     using Tr = PrefillTraits<D>;
 #pragma unroll
     for (int i = 0; i < Tr::kBlockN * Tr::kChunks / Tr::kThreads; i++) {
         const int c = threadIdx.x + i * Tr::kThreads;
         const int row = c / Tr::kChunks, ch = c % Tr::kChunks;
         const bool ok = n0 + row < k_len;
-        cp_async16(sm + swz<D>(row, ch), ok ? g + (int64_t)(n0 + row) * row_stride + ch * 8 : g, ok);
+        cp_async16(sm + swz<D>(row, ch), ok ? g + rows(n0 + row) + ch * 8 : g, ok);
     }
 }
 
@@ -127,6 +128,7 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     const uint16_t *gq = static_cast<const uint16_t *>(p.q) + s.q_off + (int64_t)h * p.q_sh;
     const uint16_t *gk = static_cast<const uint16_t *>(p.k) + s.k_off + (int64_t)kvh * p.k_sh;
     const uint16_t *gv = static_cast<const uint16_t *>(p.v) + s.v_off + (int64_t)kvh * p.v_sh;
+    const KeyRows kr = attn_k_rows(p, s), vr = attn_v_rows(p, s);
 
     // Q tile (rows past q_len zero), then the first kStages - 1 K/V tiles.
 #pragma unroll
@@ -140,8 +142,8 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     for (int st = 0; st < kStages - 1; st++) {
         if (t_lo + st < t_hi) {
             uint16_t *sk = sKV + st * 2 * kBlockN * D;
-            load_tile<D>(sk, gk, p.k_sr, (t_lo + st) * kBlockN, s.k_len);
-            load_tile<D>(sk + kBlockN * D, gv, p.v_sr, (t_lo + st) * kBlockN, s.k_len);
+            load_tile<D>(sk, gk, kr, (t_lo + st) * kBlockN, s.k_len);
+            load_tile<D>(sk + kBlockN * D, gv, vr, (t_lo + st) * kBlockN, s.k_len);
         }
         cp_async_commit(); // possibly empty: keeps the group count uniform
     }
@@ -167,8 +169,8 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
             const int tn = t + kStages - 1;
             if (tn < t_hi) {
                 uint16_t *sk = sKV + ((it + kStages - 1) % kStages) * 2 * kBlockN * D;
-                load_tile<D>(sk, gk, p.k_sr, tn * kBlockN, s.k_len);
-                load_tile<D>(sk + kBlockN * D, gv, p.v_sr, tn * kBlockN, s.k_len);
+                load_tile<D>(sk, gk, kr, tn * kBlockN, s.k_len);
+                load_tile<D>(sk + kBlockN * D, gv, vr, tn * kBlockN, s.k_len);
             }
             cp_async_commit();
         }

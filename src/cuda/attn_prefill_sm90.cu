@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
     auto issue = [&](int it) {
         const uint32_t sk = sKV + (it & 1) * 2 * Tr::kTileBytes;
         const int n0 = (t_lo + it) * kBN;
-        cp_async_panels<D, kBN, Tr::kThreads>(sk, gk, p.k_sr, n0, s.k_len);
-        cp_async_panels<D, kBN, Tr::kThreads>(sk + Tr::kTileBytes, gv, p.v_sr, n0, s.k_len);
+        cp_async_panels<D, kBN, Tr::kThreads>(sk, gk, attn_k_rows(p, s), n0, s.k_len);
+        cp_async_panels<D, kBN, Tr::kThreads>(sk + Tr::kTileBytes, gv, attn_v_rows(p, s), n0, s.k_len);
         mbar_arrive_cp_async(&full[it & 1]);
     };
     if (n_tiles > 0) {

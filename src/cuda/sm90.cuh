@@ -133,16 +133,26 @@ template <int R> __device__ __forceinline__ uint32_t panel_off(int row, int ch) 
 // Rows [r0, r0 + R) of a (rows, D) 16-bit view with row stride `stride`
 // elements into the panels at shared address dst, by kThreads threads with
 // cp.async; rows at or past `lim` become zeros (nothing is read for them).
-template <int D, int R, int kThreads>
-__device__ __forceinline__ void cp_async_panels(uint32_t dst, const uint16_t *g, int64_t stride, int r0, int lim) {
+// `rows(j)`: the element offset of row j from g (e.g. j * stride, or a
+// paged cache's block-table lookup); the stride overload is the plain case.
+template <int D, int R, int kThreads, typename Rows>
+__device__ __forceinline__ void cp_async_panels(uint32_t dst, const uint16_t *g, const Rows &rows, int r0, int lim) {
     constexpr int kChunks = D / 8;
     static_assert((R * kChunks) % kThreads == 0, "even cp.async shares");
 #pragma unroll
     for (int i = 0; i < R * kChunks / kThreads; i++) {
         const int c = threadIdx.x + i * kThreads, row = c / kChunks, ch = c % kChunks;
         const bool ok = r0 + row < lim;
-        cp_async16(dst + panel_off<R>(row, ch), ok ? g + (int64_t)(r0 + row) * stride + ch * 8 : g, ok);
+        cp_async16(dst + panel_off<R>(row, ch), ok ? g + rows(r0 + row) + ch * 8 : g, ok);
     }
+}
+struct StrideRows {
+    int64_t stride;
+    __device__ __forceinline__ int64_t operator()(int j) const { return (int64_t)j * stride; }
+};
+template <int D, int R, int kThreads>
+__device__ __forceinline__ void cp_async_panels(uint32_t dst, const uint16_t *g, int64_t stride, int r0, int lim) {
+    cp_async_panels<D, R, kThreads>(dst, g, StrideRows{stride}, r0, lim);
 }
 
 // ---- warpgroup MMAs -------------------------------------------------------------------

@@ -110,6 +110,8 @@ void mf_sampler_free(mf_sampler *s) {
     free(s);
 }
 
+void mf_sampler_set_params(mf_sampler *s, const mf_sampler_params *p) { s->p = *p; }
+
 mf_status mf_sampler_reseed(mf_sampler *s, uint64_t seed) {
     if (!s) return mf_fail(MF_ERR_INVALID_ARG, "sampler_reseed: sampler is NULL");
     mf_rng_seed(&s->rng, seed);

@@ -19,6 +19,10 @@ uint64_t mf_rng_next(mf_rng *r);
 // Uniform in [0, 1) with 53 random bits.
 double mf_rng_uniform(mf_rng *r);
 
+// Switches the params (checked already) of a sampler whose scratch serves
+// several requests, each with its own params and PRNG.
+void mf_sampler_set_params(mf_sampler *s, const mf_sampler_params *p);
+
 // mf_sampler_sample with `rng` instead of the sampler's own PRNG.
 mf_status mf_sampler_sample_rng(mf_sampler *s, mf_rng *rng, const float *logits, const int32_t *context,
                                 int64_t n_context, int32_t *out_id);

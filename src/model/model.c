@@ -130,6 +130,12 @@ mf_status mf_model_load(const char *dir, mf_backend *be, const mf_model_opts *op
     mf_model *m = NULL;
     MF_TRY(mf_model_alloc(be, opts, fn, &m));
     snprintf(m->source, sizeof m->source, "%s", dir);
+    m->dir = mf_malloc(strlen(dir) + 1);
+    if (!m->dir) {
+        mf_model_free(m);
+        return mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
+    }
+    memcpy(m->dir, dir, strlen(dir) + 1);
     const bool verbose = opts && opts->verbose;
 
     mf_model_config cfg;
@@ -178,6 +184,7 @@ void mf_model_free(mf_model *m) {
     if (!m) return;
     mf_weights_free(&m->w);
     mf_tokenizer_free(m->tok);
+    free(m->dir);
     free(m);
 }
 

@@ -36,6 +36,7 @@ struct mf_model {
     char source[256];         // checkpoint directory or "synthetic:PRESET"
     char hf_class[64];        // config.json "architectures"[0] ("" for synthetic)
     bool chat_template;       // tokenizer_config.json chat_template or chat_template.jinja present
+    char *dir;                // the checkpoint folder (mf_model_chat_template reads it); NULL: synthetic
 };
 
 // A zeroed model on be with the dtypes opts ask for (CPU: activations f32);

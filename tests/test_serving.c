@@ -1,0 +1,590 @@
+// The serving engine (minfer/engine.h) over a scripted fake runner
+// (tests/fake_runner.h): continuous batching, chunked prefill, preemption
+// and recompute, the prefix cache, n > 1 with copy on write, abort, bad
+// requests, injected faults, and random add / step / abort sequences with the
+// pool's invariants checked after every step. The reference of every request
+// is the same request run alone on a roomy engine: the fake's logits hash the
+// whole context read back through the block tables, so any slip in the
+// bookkeeping changes the tokens.
+//
+//   test_serving [--filter SUBSTRING]
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_int.h"
+#include "fake_runner.h"
+#include "minfer/backend.h" // mf_fault_alloc_fail_after
+
+static int n_passed, n_failed;
+static const char *filter;
+static bool case_ok;
+static const char *cur_case;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    case_ok = false;
+}
+
+#define CHECK(cond, ...)                \
+    do {                                \
+        if (!(cond)) fail(__VA_ARGS__); \
+    } while (0)
+
+static void case_flush(void) {
+    if (!cur_case) return;
+    if (case_ok) n_passed++, printf("  ok   %s\n", cur_case);
+    else n_failed++, printf("  FAIL %s\n", cur_case);
+    cur_case = NULL;
+}
+
+static bool case_begin(const char *name) {
+    case_flush();
+    if (filter && !strstr(name, filter)) return false;
+    cur_case = name;
+    case_ok = true;
+    return true;
+}
+
+// ---- helpers ------------------------------------------------------------------------------
+
+enum { V = 64, MAXR = 64, MAXT = 512 };
+
+typedef struct {
+    int32_t prompt[MAXT];
+    int64_t n_prompt, max_tokens;
+    int32_t n;
+    mf_sampler_params sp;
+    bool logprobs;
+    int32_t top;
+} req_spec;
+
+typedef struct {
+    int32_t toks[MF_ENGINE_MAX_N][MAXT];
+    int64_t n_toks[MF_ENGINE_MAX_N];
+    mf_finish_reason finish[MF_ENGINE_MAX_N];
+    int64_t n_cached;
+} req_out;
+
+static uint64_t rng_state = 42;
+static uint32_t rnd(uint32_t n) {
+    rng_state = fake_mix(rng_state + 0x9E3779B97F4A7C15ull);
+    return (uint32_t)(rng_state % n);
+}
+
+static mf_request_params params_of(const req_spec *s) {
+    return (mf_request_params){.prompt = s->prompt, .n_prompt = s->n_prompt, .max_tokens = s->max_tokens, .n = s->n,
+                               .sampler = s->sp, .logprobs = s->logprobs, .top_logprobs = s->top};
+}
+
+// Engine options for a fake: max_model_len = the table's reach.
+static mf_engine_opts opts_of(const fake_runner *f, bool cache) {
+    return (mf_engine_opts){.max_model_len = (int64_t)f->r.table_width * f->r.block_size, .no_prefix_cache = !cache};
+}
+
+// Checks the pool's invariant and that the blocks held are the running sequences' (with sharing).
+static void check_pool(const mf_engine *e) {
+    mf_status st = mf_kv_pool_check(&e->pool);
+    CHECK(st == MF_OK, "pool: %s", mf_last_error());
+    int32_t *refs = calloc((size_t)e->pool.n_blocks, sizeof *refs);
+    for (int32_t i = 0; i < e->n_reqs; i++)
+        for (int32_t j = 0; j < e->reqs[i]->n; j++) {
+            const eng_seq *s = &e->reqs[i]->seqs[j];
+            if (s->state != SEQ_RUNNING) CHECK(s->n_blocks == 0, "a sequence not running holds %d blocks", s->n_blocks);
+            for (int32_t b = 0; b < s->n_blocks; b++) refs[s->blocks[b]]++;
+        }
+    for (int32_t b = 0; b < e->pool.n_blocks; b++)
+        CHECK(refs[b] == e->pool.ref[b], "block %d: held by %d sequences, ref %d", b, refs[b], e->pool.ref[b]);
+    free(refs);
+}
+
+// Steps until every request in ids has finished, collecting their tokens from the events.
+static bool drain(mf_engine *e, fake_runner *f, const uint64_t *ids, int n, req_out *outs, int max_steps) {
+    for (int step = 0; step < max_steps; step++) {
+        mf_engine_step_result r;
+        mf_status st = mf_engine_step(e, &r);
+        if (st != MF_OK) {
+            fail("step %d: %s", step, mf_last_error());
+            return false;
+        }
+        check_pool(e);
+        if (f->broken) {
+            fail("runner contract broken: %s", f->why);
+            return false;
+        }
+        for (int32_t k = 0; k < r.n_events; k++) {
+            const mf_engine_event *ev = &r.events[k];
+            for (int i = 0; i < n; i++)
+                if (ids[i] == ev->id) {
+                    req_out *o = &outs[i];
+                    if (ev->token >= 0) o->toks[ev->seq][o->n_toks[ev->seq]++] = ev->token;
+                    if (ev->finish) o->finish[ev->seq] = ev->finish;
+                }
+        }
+        bool all = true;
+        for (int i = 0; i < n; i++) {
+            mf_request_info info;
+            if (mf_engine_request_info(e, ids[i], &info) != MF_OK) {
+                fail("request_info %llu: %s", (unsigned long long)ids[i], mf_last_error());
+                return false;
+            }
+            outs[i].n_cached = info.n_cached;
+            all &= info.finished;
+        }
+        if (all) return true;
+    }
+    fail("not finished after %d steps", max_steps);
+    return false;
+}
+
+// The request alone on a roomy engine (no prefix cache).
+static bool run_alone(const req_spec *s, req_out *o) {
+    fake_runner f;
+    fake_init(&f, V, 256, 16, 16, 256, 64);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, false);
+    bool ok = mf_engine_create_runner(&f.r, &eo, &e) == MF_OK;
+    uint64_t id = 0;
+    const mf_request_params p = params_of(s);
+    memset(o, 0, sizeof *o);
+    ok = ok && mf_engine_add_request(e, &p, &id) == MF_OK && drain(e, &f, &id, 1, o, 10000);
+    if (!ok) fail("alone: %s", mf_last_error());
+    mf_engine_free(e);
+    fake_free(&f);
+    return ok;
+}
+
+static bool same_out(const req_out *a, const req_out *b, int32_t n, const char *what, int idx) {
+    for (int32_t j = 0; j < n; j++) {
+        if (a->n_toks[j] != b->n_toks[j] || a->finish[j] != b->finish[j] ||
+            memcmp(a->toks[j], b->toks[j], (size_t)a->n_toks[j] * sizeof(int32_t))) {
+            fail("%s: request %d sequence %d: %lld tokens (%s) vs %lld alone (%s)", what, idx, j,
+                 (long long)a->n_toks[j], mf_finish_reason_str(a->finish[j]), (long long)b->n_toks[j],
+                 mf_finish_reason_str(b->finish[j]));
+            return false;
+        }
+    }
+    return true;
+}
+
+static void random_prompt(req_spec *s, int64_t n) {
+    s->n_prompt = n;
+    for (int64_t i = 0; i < n; i++) s->prompt[i] = 1 + (int32_t)rnd(V - 1);
+}
+
+// ---- cases --------------------------------------------------------------------------------
+
+// Many requests, tight pool and budget (preemption, chunked prefill, admission
+// waits), greedy and seeded sampling: each the same as alone.
+static void test_busy(int tight_blocks, bool cache, const char *name) {
+    if (!case_begin(name)) return;
+    enum { N = 14 };
+    static req_spec specs[N];
+    static req_out outs[N], alone[N];
+    for (int i = 0; i < N; i++) {
+        req_spec *s = &specs[i];
+        memset(s, 0, sizeof *s);
+        random_prompt(s, 1 + rnd(i % 3 == 0 ? 150 : 40));
+        if (i % 4 == 1) memcpy(s->prompt, specs[0].prompt, (size_t)(s->n_prompt < specs[0].n_prompt ? s->n_prompt : specs[0].n_prompt) * 4);
+        s->max_tokens = 1 + rnd(40);
+        s->n = 1;
+        if (i % 3 == 1) s->sp = (mf_sampler_params){.temperature = 0.8f, .top_p = 0.9f, .seed = 100 + (uint64_t)i};
+        if (i % 3 == 2) s->sp = (mf_sampler_params){.temperature = 1.1f, .top_k = 5, .seed = 7};
+        if (!run_alone(s, &alone[i])) return;
+    }
+    fake_runner f;
+    fake_init(&f, V, tight_blocks, 16, 6, 48, 16);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, cache);
+    CHECK(mf_engine_create_runner(&f.r, &eo, &e) == MF_OK, "create: %s", mf_last_error());
+    uint64_t ids[N];
+    memset(outs, 0, sizeof outs);
+    for (int i = 0; i < N; i++) {
+        const mf_request_params p = params_of(&specs[i]);
+        CHECK(mf_engine_add_request(e, &p, &ids[i]) == MF_OK, "add %d: %s", i, mf_last_error());
+    }
+    if (drain(e, &f, ids, N, outs, 20000))
+        for (int i = 0; i < N; i++) same_out(&outs[i], &alone[i], 1, name, i);
+    mf_engine_stats st;
+    mf_engine_get_stats(e, &st);
+    printf("    %d blocks: %lld preemptions, %lld cached prompt tokens, %lld steps, widest step %lld sequences\n",
+           tight_blocks, (long long)st.preemptions, (long long)st.cached_tokens, (long long)st.steps,
+           (long long)f.seqs_max);
+    if (tight_blocks < 30) CHECK(st.preemptions > 0, "a pool of %d blocks should preempt", tight_blocks);
+    CHECK(st.kv_blocks_used == 0, "%lld blocks still held after all finished", (long long)st.kv_blocks_used);
+    for (int i = 0; i < N; i++) CHECK(mf_engine_release(e, ids[i]) == MF_OK, "release %d", i);
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// A shared 200-token system prompt: the second request finds 12 blocks of 16
+// in the cache, computes only its own tail, and gives the same tokens.
+static void test_prefix(void) {
+    if (!case_begin("prefix cache: shared system prompt")) return;
+    static req_spec a, b;
+    static req_out oa, ob, ra, rb;
+    memset(&a, 0, sizeof a);
+    random_prompt(&a, 230);
+    b = a;
+    for (int i = 200; i < 230; i++) b.prompt[i] = 1 + (int32_t)rnd(V - 1); // same first 200 tokens
+    a.max_tokens = b.max_tokens = 20;
+    if (!run_alone(&a, &ra) || !run_alone(&b, &rb)) return;
+    fake_runner f;
+    fake_init(&f, V, 64, 16, 4, 64, 32);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    mf_engine_create_runner(&f.r, &eo, &e);
+    uint64_t ia, ib;
+    mf_request_params pa = params_of(&a), pb = params_of(&b);
+    memset(&oa, 0, sizeof oa), memset(&ob, 0, sizeof ob);
+    CHECK(mf_engine_add_request(e, &pa, &ia) == MF_OK, "add a");
+    if (drain(e, &f, &ia, 1, &oa, 1000)) same_out(&oa, &ra, 1, "a", 0);
+    const int64_t rows_before = f.runs;
+    CHECK(mf_engine_add_request(e, &pb, &ib) == MF_OK, "add b");
+    if (drain(e, &f, &ib, 1, &ob, 1000)) same_out(&ob, &rb, 1, "b", 1);
+    CHECK(ob.n_cached == 192, "b: %lld cached prompt tokens, want 192 (12 full blocks)", (long long)ob.n_cached);
+    CHECK(f.runs - rows_before <= 21, "b took %lld runs (its 38-token tail fits one step)", (long long)(f.runs - rows_before));
+    // The whole prompt cached: the last block is recomputed (its token gives the logits).
+    static req_out oc;
+    memset(&oc, 0, sizeof oc);
+    uint64_t ic;
+    a.n_prompt = 224; // 14 full blocks
+    pa = params_of(&a);
+    CHECK(mf_engine_add_request(e, &pa, &ic) == MF_OK, "add c");
+    if (drain(e, &f, &ic, 1, &oc, 1000)) {
+        static req_out rc;
+        if (run_alone(&a, &rc)) same_out(&oc, &rc, 1, "c", 2);
+        CHECK(oc.n_cached == 208, "c: %lld cached tokens, want 208 (13 blocks: the 14th holds the last token)",
+              (long long)oc.n_cached);
+    }
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// n > 1: one prefill, then the sequences fork; sequence i is the request with
+// seed + i alone. The prompt ends mid-block, so every sequence's first write
+// copies the shared block (copy on write).
+static void test_fork(void) {
+    if (!case_begin("n > 1: shared prompt blocks, copy on write")) return;
+    static req_spec s, one;
+    static req_out o, r;
+    memset(&s, 0, sizeof s);
+    random_prompt(&s, 37);
+    s.max_tokens = 25, s.n = 4;
+    s.sp = (mf_sampler_params){.temperature = 1.0f, .seed = 11};
+    fake_runner f;
+    fake_init(&f, V, 40, 16, 8, 64, 8);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    mf_engine_create_runner(&f.r, &eo, &e);
+    uint64_t id;
+    mf_request_params p = params_of(&s);
+    memset(&o, 0, sizeof o);
+    CHECK(mf_engine_add_request(e, &p, &id) == MF_OK, "add: %s", mf_last_error());
+    mf_engine_step_result sr;
+    CHECK(mf_engine_step(e, &sr) == MF_OK && sr.n_events == 4, "the prefill step gives 4 first tokens (%d)",
+          sr.n_events);
+    CHECK(e->pool.n_blocks - e->pool.n_free == 3, "after the fork: %d blocks held, want 3 (shared)",
+          e->pool.n_blocks - e->pool.n_free);
+    for (int32_t k = 0; k < sr.n_events; k++) o.toks[sr.events[k].seq][o.n_toks[sr.events[k].seq]++] = sr.events[k].token;
+    if (drain(e, &f, &id, 1, &o, 1000)) {
+        for (int32_t i = 0; i < 4; i++) {
+            one = s, one.n = 1, one.sp.seed = 11 + (uint64_t)i;
+            if (!run_alone(&one, &r)) break;
+            CHECK(o.n_toks[i] == r.n_toks[0] && !memcmp(o.toks[i], r.toks[0], (size_t)r.n_toks[0] * 4),
+                  "sequence %d differs from seed %d alone", i, 11 + i);
+        }
+    }
+    mf_seq_info si;
+    CHECK(mf_engine_seq_info(e, id, 3, &si) == MF_OK && si.n_tokens == o.n_toks[3], "seq_info");
+    CHECK(mf_engine_seq_info(e, id, 4, &si) == MF_ERR_INVALID_ARG, "seq_info 4 of 4");
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// Abort frees at once; errors for unknown, double abort, release of a running request.
+static void test_abort(void) {
+    if (!case_begin("abort and release")) return;
+    fake_runner f;
+    fake_init(&f, V, 40, 16, 4, 64, 8);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    mf_engine_create_runner(&f.r, &eo, &e);
+    static req_spec s;
+    memset(&s, 0, sizeof s);
+    random_prompt(&s, 50);
+    s.max_tokens = 60;
+    mf_request_params p = params_of(&s);
+    uint64_t a, b;
+    mf_engine_add_request(e, &p, &a);
+    p.n = 3;
+    mf_engine_add_request(e, &p, &b);
+    mf_engine_step_result r;
+    for (int i = 0; i < 5; i++) mf_engine_step(e, &r);
+    CHECK(mf_engine_release(e, a) == MF_ERR_INVALID_ARG && strstr(mf_last_error(), "still runs"), "release running");
+    CHECK(mf_engine_abort(e, a) == MF_OK, "abort a: %s", mf_last_error());
+    CHECK(mf_engine_abort(e, a) == MF_ERR_INVALID_ARG && strstr(mf_last_error(), "finished already"), "abort twice");
+    CHECK(mf_engine_abort(e, 999) == MF_ERR_INVALID_ARG && strstr(mf_last_error(), "no request 999"), "unknown id");
+    CHECK(mf_engine_abort(e, b) == MF_OK, "abort b");
+    check_pool(e);
+    CHECK(e->pool.n_free + e->pool.n_lru == e->pool.n_blocks, "blocks held after aborting everything");
+    mf_seq_info si;
+    CHECK(mf_engine_seq_info(e, b, 2, &si) == MF_OK && si.finish == MF_FINISH_ABORT, "b's sequences aborted");
+    CHECK(mf_engine_step(e, &r) == MF_OK && r.n_events == 0, "a step after: nothing runs");
+    CHECK(mf_engine_release(e, a) == MF_OK && mf_engine_release(e, b) == MF_OK, "release");
+    CHECK(mf_engine_release(e, a) == MF_ERR_INVALID_ARG, "release twice");
+    // the engine still serves
+    p.n = 1;
+    uint64_t c;
+    static req_out o;
+    memset(&o, 0, sizeof o);
+    CHECK(mf_engine_add_request(e, &p, &c) == MF_OK, "add after");
+    drain(e, &f, &c, 1, &o, 1000);
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+static void test_bad_requests(void) {
+    if (!case_begin("bad requests are refused, naming the value")) return;
+    fake_runner f;
+    fake_init(&f, V, 10, 16, 4, 64, 8);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    mf_engine_create_runner(&f.r, &eo, &e);
+    int32_t prompt[200] = {1, 2, 3};
+    uint64_t id;
+    struct {
+        mf_request_params p;
+        const char *want;
+    } cases[] = {
+        {{.prompt = NULL, .n_prompt = 3, .max_tokens = 1}, "prompt has 3 tokens (NULL)"},
+        {{.prompt = prompt, .n_prompt = 0, .max_tokens = 1}, "prompt has 0 tokens"},
+        {{.prompt = prompt, .n_prompt = 3, .max_tokens = 0}, "max_tokens 0"},
+        {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .n = 5}, "n 5 not in [1, 4]"},
+        {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .sampler = {.top_p = 2}}, "top_p"},
+        {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .top_logprobs = 21, .logprobs = true}, "top_logprobs 21"},
+        {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .top_logprobs = 2}, "without logprobs"},
+        {{.prompt = prompt, .n_prompt = 129, .max_tokens = 1}, "longer than max_model_len 128"},
+        {{.prompt = prompt, .n_prompt = 100, .max_tokens = 100, .n = 4}, "the pool has 10"},
+        {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .n_stop = 1}, "n_stop 1 with stop"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mf_status st = mf_engine_add_request(e, &cases[i].p, &id);
+        CHECK(st == MF_ERR_INVALID_ARG && strstr(mf_last_error(), cases[i].want), "case %zu: got %s '%s', want '%s'",
+              i, mf_status_str(st), mf_last_error(), cases[i].want);
+    }
+    prompt[1] = V;
+    mf_request_params p = {.prompt = prompt, .n_prompt = 3, .max_tokens = 1};
+    CHECK(mf_engine_add_request(e, &p, &id) == MF_ERR_INVALID_ARG && strstr(mf_last_error(), "token 1 = 64"), "vocab");
+    prompt[1] = 2;
+    CHECK(mf_engine_add_request(NULL, &p, &id) == MF_ERR_INVALID_ARG, "NULL engine");
+    CHECK(mf_engine_add_request(e, &p, NULL) == MF_ERR_INVALID_ARG, "NULL id");
+    CHECK(mf_engine_add_request(e, &p, &id) == MF_OK, "valid after: %s", mf_last_error());
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// A failing run and an injected allocation failure: the step fails, nothing
+// is lost, the outputs are those of a clean run. A NaN logit ends only its
+// sequence.
+static void test_faults(void) {
+    if (!case_begin("faults: failed runs, allocation failures, NaN logits")) return;
+    enum { N = 6 };
+    static req_spec specs[N];
+    static req_out outs[N], alone[N];
+    for (int i = 0; i < N; i++) {
+        memset(&specs[i], 0, sizeof specs[i]);
+        random_prompt(&specs[i], 1 + rnd(70));
+        specs[i].max_tokens = 1 + rnd(30);
+        if (i % 2) specs[i].sp = (mf_sampler_params){.temperature = 0.7f, .seed = (uint64_t)i};
+        if (!run_alone(&specs[i], &alone[i])) return;
+    }
+    fake_runner f;
+    fake_init(&f, V, 24, 16, 4, 48, 16);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    mf_engine_create_runner(&f.r, &eo, &e);
+    uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        const mf_request_params p = params_of(&specs[i]);
+        mf_engine_add_request(e, &p, &ids[i]);
+    }
+    memset(outs, 0, sizeof outs);
+    int failures = 0, finished = 0;
+    for (int step = 0; step < 5000 && finished < N; step++) {
+        if (step % 7 == 3) f.fail_at = 1;
+        if (step % 11 == 5) mf_fault_alloc_fail_after(1 + (int64_t)rnd(3));
+        mf_engine_step_result r;
+        mf_status st = mf_engine_step(e, &r);
+        mf_fault_alloc_fail_after(0);
+        check_pool(e);
+        if (st != MF_OK) {
+            failures++;
+            CHECK(r.n_events == 0, "a failed step gave %d events", r.n_events);
+            continue;
+        }
+        for (int32_t k = 0; k < r.n_events; k++)
+            for (int i = 0; i < N; i++)
+                if (ids[i] == r.events[k].id) {
+                    if (r.events[k].token >= 0) outs[i].toks[0][outs[i].n_toks[0]++] = r.events[k].token;
+                    if (r.events[k].finish) outs[i].finish[0] = r.events[k].finish, finished++;
+                }
+    }
+    CHECK(failures > 3, "only %d steps failed", failures);
+    for (int i = 0; i < N; i++) same_out(&outs[i], &alone[i], 1, "faults", i);
+    // NaN logits: that sequence ends (abort event), the step reports it, the others go on
+    static req_spec s;
+    s = specs[0];
+    s.max_tokens = 5;
+    mf_request_params p = params_of(&s);
+    uint64_t a, b;
+    mf_engine_add_request(e, &p, &a);
+    mf_engine_add_request(e, &p, &b);
+    f.nan_at = f.runs + 1;
+    mf_engine_step_result r;
+    mf_status st = mf_engine_step(e, &r);
+    CHECK(st == MF_ERR_INVALID_ARG && strstr(mf_last_error(), "NaN"), "NaN row: %s '%s'", mf_status_str(st),
+          mf_last_error());
+    bool aborted = false;
+    for (int32_t k = 0; k < r.n_events; k++) aborted |= r.events[k].id == a && r.events[k].finish == MF_FINISH_ABORT;
+    CHECK(aborted, "the NaN row's sequence ends with an abort event");
+    static req_out ob;
+    memset(&ob, 0, sizeof ob);
+    drain(e, &f, &b, 1, &ob, 100);
+    CHECK(ob.finish[0] == MF_FINISH_LENGTH || ob.finish[0] == MF_FINISH_EOS, "b finished normally");
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// logprobs: the chosen token's and the top 5, against the fake's logits.
+static void test_logprobs(void) {
+    if (!case_begin("logprobs and top logprobs")) return;
+    fake_runner f;
+    fake_init(&f, V, 20, 16, 4, 64, 8);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    mf_engine_create_runner(&f.r, &eo, &e);
+    static req_spec s;
+    memset(&s, 0, sizeof s);
+    random_prompt(&s, 9);
+    s.max_tokens = 6, s.logprobs = true, s.top = 5;
+    s.sp = (mf_sampler_params){.temperature = 0.9f, .seed = 3};
+    mf_request_params p = params_of(&s);
+    uint64_t id;
+    mf_engine_add_request(e, &p, &id);
+    mf_engine_step_result r;
+    for (int step = 0; step < 10; step++) {
+        if (mf_engine_step(e, &r) != MF_OK || r.n_events == 0) break;
+        const mf_engine_event *ev = &r.events[0];
+        const float *x = f.last; // the one output row
+        double m = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) m = x[v] > m ? x[v] : m;
+        for (int v = 0; v < V; v++) sum += exp(x[v] - m);
+        const double lse = m + log(sum);
+        CHECK(fabs(ev->logprob - (x[ev->token] - lse)) < 1e-5, "logprob %g vs %g", (double)ev->logprob,
+              x[ev->token] - lse);
+        CHECK(ev->n_top == 5, "n_top %d", ev->n_top);
+        for (int j = 0; j < ev->n_top; j++) {
+            CHECK(fabs(ev->top_logprobs[j] - (x[ev->top_ids[j]] - lse)) < 1e-5, "top %d", j);
+            if (j) CHECK(ev->top_logprobs[j] <= ev->top_logprobs[j - 1], "top order");
+        }
+        int better = 0;
+        for (int v = 0; v < V; v++) better += x[v] > x[ev->top_ids[4]];
+        CHECK(better == 4, "the top 5 are not the 5 largest");
+    }
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// Random add / step / abort with invariants after each step; greedy ones
+// compared with alone (the others: only finishing).
+static void test_random(void) {
+    if (!case_begin("random add/step/abort sequences keep the invariants")) return;
+    enum { N = 40 };
+    static req_spec specs[N];
+    static req_out outs[N], alone[N];
+    uint64_t ids[N];
+    bool aborted[N] = {false};
+    for (int round = 0; round < 3; round++) {
+        fake_runner f;
+        fake_init(&f, V, 12 + 6 * round, 16, 3 + round, 40, 12);
+        mf_engine *e;
+        mf_engine_opts eo = opts_of(&f, round != 1);
+        mf_engine_create_runner(&f.r, &eo, &e);
+        int added = 0;
+        memset(outs, 0, sizeof outs);
+        for (int step = 0; step < 3000; step++) {
+            if (added < N && rnd(3) == 0) {
+                req_spec *s = &specs[added];
+                memset(s, 0, sizeof *s);
+                random_prompt(s, 1 + rnd(60));
+                if (added > 0 && rnd(2)) memcpy(s->prompt, specs[added - 1].prompt, (size_t)s->n_prompt * 4);
+                s->max_tokens = 1 + rnd(30);
+                s->n = rnd(4) == 0 ? 2 : 1;
+                if (rnd(2)) s->sp = (mf_sampler_params){.temperature = 0.5f, .seed = (uint64_t)added};
+                const mf_request_params p = params_of(s);
+                if (mf_engine_add_request(e, &p, &ids[added]) != MF_OK) {
+                    specs[added].n = -1; // too big for this pool: refused, fine
+                    ids[added] = 0;
+                }
+                aborted[added] = false;
+                added++;
+            }
+            if (added > 0 && rnd(25) == 0) {
+                const int i = (int)rnd((uint32_t)added);
+                if (ids[i] && mf_engine_abort(e, ids[i]) == MF_OK) aborted[i] = true;
+            }
+            mf_engine_step_result r;
+            if (mf_engine_step(e, &r) != MF_OK) {
+                fail("step: %s", mf_last_error());
+                break;
+            }
+            check_pool(e);
+            for (int32_t k = 0; k < r.n_events; k++)
+                for (int i = 0; i < added; i++)
+                    if (ids[i] == r.events[k].id && r.events[k].token >= 0)
+                        outs[i].toks[r.events[k].seq][outs[i].n_toks[r.events[k].seq]++] = r.events[k].token;
+            if (!case_ok) break;
+            if (added == N && e->running.n == 0 && e->waiting.n == 0) break;
+        }
+        CHECK(e->running.n == 0 && e->waiting.n == 0, "round %d: requests left (%d running, %d waiting)", round,
+              e->running.n, e->waiting.n);
+        for (int i = 0; i < added && case_ok; i++) {
+            if (!ids[i] || aborted[i] || specs[i].n != 1) continue;
+            if (!run_alone(&specs[i], &alone[i])) break;
+            for (int j = 0; j < 1; j++)
+                CHECK(outs[i].n_toks[0] == alone[i].n_toks[0] &&
+                          !memcmp(outs[i].toks[0], alone[i].toks[0], (size_t)alone[i].n_toks[0] * 4),
+                      "round %d request %d differs from alone", round, i);
+        }
+        if (f.broken) fail("runner contract: %s", f.why);
+        mf_engine_free(e);
+        fake_free(&f);
+    }
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+    test_busy(200, true, "busy engine, roomy pool: each request as alone");
+    test_busy(20, true, "busy engine, tight pool (preemption): each request as alone");
+    test_busy(20, false, "busy engine, tight pool, no prefix cache: each request as alone");
+    test_prefix();
+    test_fork();
+    test_abort();
+    test_bad_requests();
+    test_faults();
+    test_logprobs();
+    test_random();
+    case_flush();
+    printf("%d passed, %d failed\n", n_passed, n_failed);
+    return n_failed ? 1 : 0;
+}
