@@ -42,7 +42,7 @@ struct mf_srv {
     mf_backend *be;
     mf_model *model;
     const mf_tokenizer *tok;      // NULL: the model has none (token prompts only)
-    void *chat;                   // the chat template (NULL: chat completions refused)
+    struct mf_chat_template *chat; // the chat template (NULL: chat completions refused)
     char chat_error[256];         // why there is none
     mf_engine *engine;            // driven by the engine thread only
     int64_t max_model_len;
