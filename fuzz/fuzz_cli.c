@@ -1,15 +1,17 @@
-// libFuzzer target: the CLI's option parsers (tools/cli_args.c) on argument
+// libFuzzer target: the CLI's option parsers (tools/cli_args.c and every
+// bench of tools/bench.h's table, through mf_bench_parse) on argument
 // vectors. The input is split at NUL bytes into arguments, each copied into a
 // heap block of its exact size (ASan then sees any read past an argument),
-// and every parser runs on the same vector: generate, score, info, bench
-// model, softmax, attention, moe, topk and gemv. Accepted options must hold what the commands rely on;
-// a refusal must come with a one-line message; nothing may leak.
+// and every parser runs on the same vector: generate, score, info and each
+// bench (its options in a heap block of the record's opts_size). Accepted
+// options must hold what the commands rely on; a refusal must come with a
+// one-line message; nothing may leak.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_args.h"
+#include "bench.h"
 
 #define REQUIRE(c)         \
     do {                   \
@@ -91,19 +93,6 @@ static void run_info(int argc, char **argv, char *err) {
     REQUIRE(o.seq >= 0 && o.seq <= INT32_MAX);
 }
 
-static void run_bench_model(int argc, char **argv, char *err) {
-    mf_bench_model_opts o;
-    mf_args_result r = mf_parse_bench_model_args(argc, argv, &o, err);
-    check_err(r, err);
-    if (r != MF_ARGS_OK) return;
-    check_model(&o.model, argv, argc);
-    REQUIRE(o.gen >= 1 && o.gen <= 4096 && o.iters >= 0 && o.iters <= 100000);
-    REQUIRE(o.n_batches >= 0 && o.n_batches <= MF_ARGS_MAX_LIST && o.n_seqs >= 0 && o.n_seqs <= MF_ARGS_MAX_LIST);
-    for (int i = 0; i < o.n_batches; i++) REQUIRE(o.batches[i] >= 1 && o.batches[i] <= INT32_MAX);
-    for (int i = 0; i < o.n_seqs; i++) REQUIRE(o.seqs[i] >= 1 && o.seqs[i] <= INT32_MAX);
-    REQUIRE(o.fmt == MF_BENCH_TABLE || o.fmt == MF_BENCH_CSV || o.fmt == MF_BENCH_JSON);
-}
-
 // What every op bench's options must hold.
 static void check_common(const mf_bench_common_opts *c) {
     REQUIRE(backend_ok(c->backend) && dtype_ok(c->dt));
@@ -121,65 +110,78 @@ static bool list_ok(const mf_arg_list *l, int64_t lo, int64_t hi) {
     return true;
 }
 
-static void run_bench_softmax(int argc, char **argv, char *err) {
-    mf_bench_softmax_opts o;
-    mf_args_result r = mf_parse_bench_softmax_args(argc, argv, &o, err);
-    check_err(r, err);
-    if (r != MF_ARGS_OK) return;
-    check_common(&o.com);
-    REQUIRE(isfinite(o.scale) && !o.com.no_gemm);
-    REQUIRE((o.fused || o.unfused) && (o.grid || o.sweep));
-    REQUIRE(list_ok(&o.batch, 1, INT32_MAX) && list_ok(&o.heads, 1, INT32_MAX) && list_ok(&o.seq, 1, INT32_MAX));
-    const bool listed = o.batch.n || o.heads.n || o.seq.n;
-    REQUIRE(!(listed && o.com.full) && !(listed && !o.grid));
+static void check_bench_softmax(const mf_bench_softmax_opts *o) {
+    REQUIRE(isfinite(o->scale) && !o->com.no_gemm);
+    REQUIRE((o->fused || o->unfused) && (o->grid || o->sweep));
+    REQUIRE(list_ok(&o->batch, 1, INT32_MAX) && list_ok(&o->heads, 1, INT32_MAX) && list_ok(&o->seq, 1, INT32_MAX));
+    const bool listed = o->batch.n || o->heads.n || o->seq.n;
+    REQUIRE(!(listed && o->com.full) && !(listed && !o->grid));
 }
 
-static void run_bench_attention(int argc, char **argv, char *err) {
-    mf_bench_attention_opts o;
-    mf_args_result r = mf_parse_bench_attention_args(argc, argv, &o, err);
-    check_err(r, err);
-    if (r != MF_ARGS_OK) return;
-    check_common(&o.com);
-    REQUIRE((o.prefill || o.decode) && (o.causal || o.noncausal) && o.num_splits >= 0 && o.num_splits <= 256);
-    REQUIRE(list_ok(&o.batch, 1, INT32_MAX) && list_ok(&o.seq, 1, INT32_MAX) && list_ok(&o.heads, 1, 65535) &&
-            list_ok(&o.kv_heads, 1, 65535) && list_ok(&o.head_dim, 1, 65535));
-    REQUIRE(!((o.batch.n || o.seq.n || o.heads.n || o.kv_heads.n || o.head_dim.n) && o.com.full));
+static void check_bench_attention(const mf_bench_attention_opts *o) {
+    REQUIRE((o->prefill || o->decode) && (o->causal || o->noncausal) && o->num_splits >= 0 && o->num_splits <= 256);
+    REQUIRE(list_ok(&o->batch, 1, INT32_MAX) && list_ok(&o->seq, 1, INT32_MAX) && list_ok(&o->heads, 1, 65535) &&
+            list_ok(&o->kv_heads, 1, 65535) && list_ok(&o->head_dim, 1, 65535));
+    REQUIRE(!((o->batch.n || o->seq.n || o->heads.n || o->kv_heads.n || o->head_dim.n) && o->com.full));
 }
 
-static void run_bench_moe(int argc, char **argv, char *err) {
-    mf_bench_moe_opts o;
-    mf_args_result r = mf_parse_bench_moe_args(argc, argv, &o, err);
-    check_err(r, err);
-    if (r != MF_ARGS_OK) return;
-    check_common(&o.com);
-    REQUIRE((o.prefill || o.decode) && (o.even || o.zipf) && (o.seq == -1 || (o.seq >= 1 && o.seq <= 65536)));
-    REQUIRE(list_ok(&o.experts, 1, 256) && list_ok(&o.top_k, 1, 256) && list_ok(&o.hidden, 8, 65536) &&
-            list_ok(&o.batch, 1, 65536));
-    for (int i = 0; i < o.hidden.n; i++) REQUIRE(o.hidden.v[i] % 8 == 0);
-    REQUIRE(!((o.experts.n || o.top_k.n || o.hidden.n || o.batch.n) && o.com.full));
+static void check_bench_moe(const mf_bench_moe_opts *o) {
+    REQUIRE((o->prefill || o->decode) && (o->even || o->zipf) && (o->seq == -1 || (o->seq >= 1 && o->seq <= 65536)));
+    REQUIRE(list_ok(&o->experts, 1, 256) && list_ok(&o->top_k, 1, 256) && list_ok(&o->hidden, 8, 65536) &&
+            list_ok(&o->batch, 1, 65536));
+    for (int i = 0; i < o->hidden.n; i++) REQUIRE(o->hidden.v[i] % 8 == 0);
+    REQUIRE(!((o->experts.n || o->top_k.n || o->hidden.n || o->batch.n) && o->com.full));
 }
 
-static void run_bench_topk(int argc, char **argv, char *err) {
-    mf_bench_topk_opts o;
-    mf_args_result r = mf_parse_bench_topk_args(argc, argv, &o, err);
-    check_err(r, err);
-    if (r != MF_ARGS_OK) return;
-    check_common(&o.com);
-    REQUIRE(list_ok(&o.vocab, 1, INT32_MAX) && list_ok(&o.batch, 1, INT32_MAX) && list_ok(&o.k, 1, MF_TOPK_MAX));
-    REQUIRE(o.n_dt >= 1 && o.n_dt <= 3 && isfinite(o.scale) && o.scale > 0 && o.com.max_mb == -1 && !o.com.no_gemm);
-    for (int i = 0; i < o.n_dt; i++) {
-        REQUIRE(dtype_ok(o.dts[i]));
-        for (int j = 0; j < i; j++) REQUIRE(o.dts[j] != o.dts[i]);
+static void check_bench_topk(const mf_bench_topk_opts *o) {
+    REQUIRE(list_ok(&o->vocab, 1, INT32_MAX) && list_ok(&o->batch, 1, INT32_MAX) && list_ok(&o->k, 1, MF_TOPK_MAX));
+    REQUIRE(o->n_dt >= 1 && o->n_dt <= 3 && isfinite(o->scale) && o->scale > 0 && o->com.max_mb == -1 && !o->com.no_gemm);
+    for (int i = 0; i < o->n_dt; i++) {
+        REQUIRE(dtype_ok(o->dts[i]));
+        for (int j = 0; j < i; j++) REQUIRE(o->dts[j] != o->dts[i]);
     }
 }
 
-static void run_bench_gemv(int argc, char **argv, char *err) {
-    mf_bench_gemv_opts o;
-    mf_args_result r = mf_parse_bench_gemv_args(argc, argv, &o, err);
-    check_err(r, err);
-    if (r != MF_ARGS_OK) return;
-    check_common(&o.com);
-    REQUIRE(o.m >= 0 && o.m <= 8 && !o.com.full && !o.com.no_gemm && !o.com.dt_given && o.com.max_mb == -1);
+static void check_bench_gemv(const mf_bench_gemv_opts *o) {
+    REQUIRE(o->m >= 0 && o->m <= 8 && !o->com.full && !o->com.no_gemm && !o->com.dt_given && o->com.max_mb == -1);
+}
+
+static void check_bench_model(const mf_bench_model_opts *o, char **argv, int argc) {
+    check_model(&o->model, argv, argc);
+    REQUIRE(o->gen >= 1 && o->gen <= 4096 && o->iters >= 0 && o->iters <= 100000);
+    REQUIRE(list_ok(&o->batch, 1, INT32_MAX) && list_ok(&o->seq, 1, INT32_MAX));
+}
+
+static void check_bench_gemm_host(const mf_bench_gemm_host_opts *o) {
+    REQUIRE(o->m >= 1 && o->m <= 4096 && o->reps >= 1 && o->reps <= 100000);
+}
+
+// Every bench of the table: the common options, then its own.
+static void run_benches(int argc, char **argv, char *err) {
+    for (int k = 0; mf_benches[k]; k++) {
+        const mf_bench_def *d = mf_benches[k];
+        void *o = malloc(d->opts_size);
+        REQUIRE(o);
+        const mf_args_result r = mf_bench_parse(d, argc, argv, o, err);
+        check_err(r, err);
+        if (r == MF_ARGS_OK) {
+            const mf_bench_common_opts *c = o;
+            check_common(c);
+            if (!(d->common & MF_BENCH_OPT_DTYPE)) REQUIRE(!c->dt_given);
+            if (!(d->common & MF_BENCH_OPT_FULL)) REQUIRE(!c->full);
+            if (!(d->common & MF_BENCH_OPT_MAX_MB)) REQUIRE(c->max_mb == -1);
+            if (!(d->common & MF_BENCH_OPT_NO_GEMM)) REQUIRE(!c->no_gemm);
+            if (d == &mf_bench_softmax) check_bench_softmax(o);
+            else if (d == &mf_bench_attention) check_bench_attention(o);
+            else if (d == &mf_bench_moe) check_bench_moe(o);
+            else if (d == &mf_bench_topk) check_bench_topk(o);
+            else if (d == &mf_bench_gemv) check_bench_gemv(o);
+            else if (d == &mf_bench_gemm_host) check_bench_gemm_host(o);
+            else if (d == &mf_bench_model) check_bench_model(o, argv, argc);
+            else REQUIRE(!"a bench without checks in fuzz_cli.c");
+        }
+        free(o);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -204,12 +206,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run_generate(argc, argv, err);
     run_score(argc, argv, err);
     run_info(argc, argv, err);
-    run_bench_model(argc, argv, err);
-    run_bench_softmax(argc, argv, err);
-    run_bench_attention(argc, argv, err);
-    run_bench_moe(argc, argv, err);
-    run_bench_topk(argc, argv, err);
-    run_bench_gemv(argc, argv, err);
+    run_benches(argc, argv, err);
     for (int i = 0; i < argc; i++) free(argv[i]);
     free(argv);
     return 0;

@@ -12,7 +12,7 @@
 # fuzz_server_request: the first byte picks the route (completions, chat, tokenize,
 # detokenize), the rest is the body, through src/server/oai_request.c.
 # fuzz_cli splits its input at NUL bytes into the argument vector of the CLI's
-# option parsers (tools/cli_args.c): generate, score, info, bench model/softmax/attention/moe/topk/gemv.
+# option parsers: generate, score, info (tools/cli_args.c) and every bench of tools/bench.h.
 # fuzz_tokenizer_encode loads tests/fixtures/tokenizers/{gpt2,llama2} from this
 # checkout ($MF_FUZZ_TOKENIZERS overrides the folder). The seed corpora of the
 # tokenizer targets are made by fuzz/make_tokenizer_seeds.py.
@@ -32,8 +32,10 @@ else
 fi
 
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
+# fuzz_cli links libminfer: baseline CPU loops only (MF_CPU_NO_CLONES, as CI's ASan
+# build), since clang 14 does not resolve a target_clones function called from another file.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DMF_FUZZ=ON -DMF_CUDA=OFF \
-  -DMF_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  -DMF_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-DMF_CPU_NO_CLONES >/dev/null
 cmake --build "$build" --target "${targets[@]}" -j2 >/dev/null
 echo "fuzz.sh: configured and built in ${SECONDS}s" >&2
 

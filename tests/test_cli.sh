@@ -162,6 +162,11 @@ bad "--scale 0: not a finite number > 0" bench topk --scale 0
 bad "--format xml: not table, csv or json" bench topk --format xml
 bad "--iters needs a value" bench topk --iters
 bad "unknown option --bogus (see minfer bench topk --help)" bench topk --bogus 1
+bad "--m 0: not an integer in [1, 4096]" bench gemm-host --m 0
+bad "--reps 5x: not an integer in [1, 100000]" bench gemm-host --reps 5x
+bad "--backend tpu: not auto, cpu or cuda" bench gemm-host --backend tpu
+bad "unknown option --bogus (see minfer bench gemm-host --help)" bench gemm-host --bogus
+bad "unknown option --iters (see minfer bench gemm-host --help)" bench gemm-host --iters 3
 # ---- the top level
 bad "unknown command 'frob'" frob
 
@@ -169,11 +174,11 @@ good "minfer --help" --help
 good "minfer generate --help" generate --help
 good "minfer score --help" score --help
 good "minfer info --help" info --help
-good "minfer bench model --help" bench model --help
-good "minfer bench softmax --help" bench softmax --help
-good "minfer bench moe --help" bench moe --help
-good "minfer bench attention --help" bench attention --help
-good "minfer bench topk --help" bench topk --help
+good "minfer bench --help" bench --help
+# every bench that minfer --help lists (from the one table, tools/bench.h) has a help of its own
+benches=$("$bin" --help | awk '$1 == "bench" && $2 != "[NAME]" {print $2}')
+[[ $(wc -w <<<"$benches") -eq 7 ]] || { fail=$((fail + 1)); echo "FAIL minfer --help lists $(wc -w <<<"$benches") benches (want 7)"; }
+for b in $benches; do good "minfer bench $b --help" bench "$b" --help; done
 good "minfer bench attention (cpu, decode, 1 iteration, csv)" bench attention --backend cpu --cases decode --warmup 0 --iters 1 --format csv
 good "minfer generate (llama-tiny, 4 tokens, greedy, cpu)" generate "${m[@]}" -p Hello -n 4 --temp 0 --seed 1 --backend cpu
 good "minfer score --tokens (llama-tiny, cpu)" score "${m[@]}" --tokens 1,5,7 --backend cpu
@@ -204,6 +209,8 @@ says "info: --dtype auto (f32 checkpoint)" "weights f32" info "${m[@]}" --backen
 says "info: --dtype bf16 (f32 checkpoint)" "weights bf16" info "${m[@]}" --backend cpu --dtype bf16
 says "info: family (mistral-window-tiny)" "family:       llama, MistralForCausalLM" info -m "$fix/models/mistral-window-tiny" --backend cpu
 
+says "bench --help lists gemm-host" "bench gemm-host" bench --help
+says "bench gemm-host (cpu, 1 burst)" "| cpu     | lm_head  |" bench gemm-host --backend cpu --reps 1
 says "bench gemv (cpu, tiny shapes, csv)" ",tiny,a,2,64,128,0.02,cpu," bench gemv --backend cpu --m 2 --warmup 0 --iters 1 --format csv
 # bench topk: the CSV header, then a row: vocab 1000, batch 2, k 5, f32; bytes to the host
 # 2 (8 5 + 8) = 0.1 KB vs 2 1000 4 = 8.0 KB of logits (83.3x); the host check passed (ok)

@@ -19,12 +19,10 @@
 #include <string.h>
 
 #include "bench.h"
-#include "bench_util.h"
-#include "cli_args.h"
 #include "core/error.h"
 #include "ops/attention_cuda.h"
 
-typedef mf_bench_attention_opts at_opts; // parsed by mf_parse_bench_attention_args (cli_args.c)
+typedef mf_bench_attention_opts at_opts; // parsed by mf_bench_parse with the options below
 
 typedef struct {
     bool decode;
@@ -42,7 +40,8 @@ static mf_status run_attn(void *arg) {
     return mf_attention(s->be, &s->a);
 }
 
-static void usage(FILE *f) {
+static void at_help(FILE *f) {
+    const mf_bench_def *d = &mf_bench_attention;
     fprintf(f,
             "usage: minfer bench attention [options]\n"
             "  --backend auto|cpu|cuda   (default auto)\n"
@@ -59,10 +58,11 @@ static void usage(FILE *f) {
             "  --mask causal|none|both   prefill masks (default both)\n"
             "  --num-splits N            decode split count (default 0: the dispatch chooses)\n"
             "  --no-gemm-ceiling         skip the GEMM ceiling (%%gemm \"-\"; for profilers: no cuBLAS kernel)\n"
-            "  --warmup N --iters N      (default 10/50 on CUDA, 1/3 on the CPU)\n"
+            "  --warmup N --iters N      (default %d/%d on CUDA, %d/%d on the CPU)\n"
             "  --max-mb N                memory budget per case (default: 85%% of free device memory; CPU 512)\n"
             "  --format table|csv|json   stdout format (default table: markdown)\n"
-            "  --csv FILE --json FILE    also write the results there\n");
+            "  --csv FILE --json FILE    also write the results there\n",
+            d->warmup[1], d->iters[1], d->warmup[0], d->iters[0]);
 }
 
 static mf_status upload_i32(mf_backend *be, const int32_t *h, int64_t n, void **dst, mf_tensor *t) {
@@ -299,40 +299,45 @@ static int make_cases(const at_opts *o, bool cuda, at_case *cases, int cap) {
     return n;
 }
 
-int mf_bench_attention_main(int argc, char **argv) {
-    at_opts o;
-    char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_bench_attention_args(argc, argv, &o, err);
-    if (ar == MF_ARGS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: bench attention: %s\n", err);
-        return 2;
-    }
+static int at_run(void *opts) {
+    at_opts *o = opts;
     mf_bench_session b;
-    if (mf_bench_open(&b, "attention", o.com.backend, (size_t)16 << 20, o.prefill && !o.com.no_gemm, NCOLS, col_names)) return 1;
-    if (o.com.warmup < 0) o.com.warmup = b.cuda ? 10 : 1;
-    if (o.com.iters < 1) o.com.iters = b.cuda ? 50 : 3;
-    if (o.com.max_mb < 0) o.com.max_mb = mf_bench_default_max_mb(b.be, 512, 600);
+    if (mf_bench_begin(&b, &mf_bench_attention, &o->com, (size_t)16 << 20, o->prefill && !o->com.no_gemm, NCOLS,
+                       col_names))
+        return 1;
     // the listed product: up to 16^5 x 2 masks per phase; the grids: < 320
     enum { CAP = 4096 };
     at_case *cases = calloc(CAP, sizeof *cases);
-    const int n = cases ? make_cases(&o, b.cuda, cases, CAP) : 0;
+    const int n = cases ? make_cases(o, b.cuda, cases, CAP) : 0;
     mf_status st = cases ? MF_OK : mf_fail(MF_ERR_OOM, "bench: out of host memory");
     if (n == CAP) fprintf(stderr, "minfer bench attention: the lists' product is cut at %d cases\n", CAP);
-    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, &o, &cases[i], i + 1, n);
-    int rc = 0;
-    if (st != MF_OK) {
-        fprintf(stderr, "minfer bench attention: %s\n", mf_last_error());
-        rc = 1;
-    }
-    if (mf_bench_report(&b, o.com.fmt, o.com.iters,
-                        "TFLOP/s = 4*B*H*Sq*Sk*D (x0.5 causal); decode GB/s = K + V bytes read", o.com.csv,
-                        o.com.json))
-        rc = 1;
+    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, o, &cases[i], i + 1, n);
     free(cases);
-    mf_bench_close(&b);
-    return rc;
+    return mf_bench_end(&b, st, &o->com, "TFLOP/s = 4*B*H*Sq*Sk*D (x0.5 causal); decode GB/s = K + V bytes read");
 }
+
+// ---- options ---------------------------------------------------------------------------------
+
+static mf_args_result at_option(void *opts, const char *a, const char *v, char *err) {
+    at_opts *o = opts;
+    if (!strcmp(a, "--cases")) return mf_args_either(a, v, "prefill", "decode", "all", &o->prefill, &o->decode, err);
+    if (!strcmp(a, "--mask")) return mf_args_either(a, v, "causal", "none", "both", &o->causal, &o->noncausal, err);
+    return mf_args_int32(a, v, 0, 256, &o->num_splits, err); // --num-splits
+}
+
+const mf_bench_def mf_bench_attention = {
+    .name = "attention", .opts_size = sizeof(at_opts),
+    .about = "mf_attention prefill (TFLOP/s, % of a GEMM) and decode over a KV cache (GB/s, % of copy)",
+    .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_DTYPE | MF_BENCH_OPT_FULL | MF_BENCH_OPT_MAX_MB |
+              MF_BENCH_OPT_NO_GEMM,
+    .defaults = &(const at_opts){.prefill = true, .decode = true, .causal = true, .noncausal = true},
+    .lists = (const mf_bench_list_opt[]){{"--batch", 1, INT32_MAX, offsetof(at_opts, batch)},
+                                         {"--seq", 1, INT32_MAX, offsetof(at_opts, seq)},
+                                         {"--heads", 1, 65535, offsetof(at_opts, heads)},
+                                         {"--kv-heads", 1, 65535, offsetof(at_opts, kv_heads)},
+                                         {"--head-dim", 1, 65535, offsetof(at_opts, head_dim)},
+                                         {NULL, 0, 0, 0}},
+    .valued = (const char *const[]){"--cases", "--mask", "--num-splits", NULL},
+    .option = at_option, .help = at_help, .run = at_run,
+    .warmup = {1, 10}, .iters = {3, 50}, .max_mb = {512, 600},
+};

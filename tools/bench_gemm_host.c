@@ -8,22 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
-#include "bench_util.h"
-#include "minfer/minfer.h"
+#include "cli.h"
 #ifdef MF_HAVE_CUDA
 #include "ops/gemm_plan.h"
 #endif
 
 enum { kBurst = 32 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -50,9 +42,9 @@ static mf_status time_calls(mf_backend *be, const mf_gemm_args *a, int reps, dou
     if (!s) return MF_ERR_OOM;
     mf_status st = MF_OK;
     for (int r = 0; r < reps && st == MF_OK; r++) {
-        const double t0 = now_s();
+        const double t0 = mf_cli_now();
         for (int i = 0; i < kBurst && st == MF_OK; i++) st = mf_gemm(be, a);
-        s[r] = 1e6 * (now_s() - t0) / kBurst;
+        s[r] = 1e6 * (mf_cli_now() - t0) / kBurst;
         if (st == MF_OK) st = mf_backend_sync(be);
     }
     if (st == MF_OK) {
@@ -63,42 +55,19 @@ static mf_status time_calls(mf_backend *be, const mf_gemm_args *a, int reps, dou
     return st;
 }
 
-static void usage(FILE *f) {
+static void gh_help(FILE *f) {
     fprintf(f, "usage: minfer bench gemm-host [--backend auto|cpu|cuda] [--m N] [--reps N] [--csv FILE]\n"
                "  host microseconds per mf_gemm call on GPT-2 small's decode shapes (bf16 on CUDA, f32 on the\n"
                "  CPU), m rows (default 1); CUDA: plan cache off vs on. --reps bursts of %d calls (default 50).\n",
             kBurst);
 }
 
-int mf_bench_gemm_host_main(int argc, char **argv) {
-    const char *backend = "auto", *csv = NULL;
-    int64_t m = 1;
-    int reps = 50;
-    for (int i = 0; i < argc; i++) {
-        const bool has = i + 1 < argc;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--backend") && has) {
-            backend = argv[++i];
-        } else if (!strcmp(argv[i], "--csv") && has) {
-            csv = argv[++i];
-        } else if (!strcmp(argv[i], "--m") && has) {
-            m = strtoll(argv[++i], NULL, 10);
-        } else if (!strcmp(argv[i], "--reps") && has) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "minfer: error: bench gemm-host: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (m < 1 || m > 4096 || reps < 1 || reps > 100000) {
-        fprintf(stderr, "minfer: error: bench gemm-host: --m must be in [1, 4096] and --reps in [1, 100000]\n");
-        return 2;
-    }
+static int gh_run(void *opts) {
+    const mf_bench_gemm_host_opts *o = opts;
+    const int64_t m = o->m;
+    const int reps = o->reps;
     mf_backend *be = NULL;
-    if (mf_backend_init(backend, &be) != MF_OK) {
+    if (mf_backend_init(o->com.backend, &be) != MF_OK) {
         fprintf(stderr, "minfer bench gemm-host: %s\n", mf_last_error());
         return 1;
     }
@@ -177,9 +146,24 @@ int mf_bench_gemm_host_main(int argc, char **argv) {
                    cs.entries, cs.capacity);
         }
 #endif
-        if (mf_bench_table_write_files(tab, csv, NULL, "minfer bench gemm-host")) rc = 1;
+        if (mf_bench_table_write_files(tab, o->com.csv, NULL, "minfer bench gemm-host")) rc = 1;
     }
     mf_bench_table_free(tab);
     mf_backend_free(be);
     return rc;
 }
+
+static mf_args_result gh_option(void *opts, const char *a, const char *v, char *err) {
+    mf_bench_gemm_host_opts *o = opts;
+    if (!strcmp(a, "--m")) return mf_args_int(a, v, 1, 4096, &o->m, err);
+    return mf_args_int32(a, v, 1, 100000, &o->reps, err); // --reps
+}
+
+const mf_bench_def mf_bench_gemm_host = {
+    .name = "gemm-host", .opts_size = sizeof(mf_bench_gemm_host_opts),
+    .about = "host microseconds per GEMM call (CUDA: plan cache off vs on)",
+    .common = MF_BENCH_OPT_BACKEND | MF_BENCH_OPT_CSV,
+    .defaults = &(const mf_bench_gemm_host_opts){.m = 1, .reps = 50},
+    .valued = (const char *const[]){"--m", "--reps", NULL},
+    .option = gh_option, .help = gh_help, .run = gh_run,
+};

@@ -18,8 +18,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "bench_util.h"
-#include "cli_args.h"
 #include "core/error.h"
 #include "minfer/minfer.h"
 #ifdef MF_HAVE_CUDA
@@ -176,58 +174,47 @@ static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m,
     return st;
 }
 
-static void usage(FILE *f) {
+static void gv_help(FILE *f) {
+    const mf_bench_def *d = &mf_bench_gemv;
     fprintf(f, "usage: minfer bench gemv [options]\n"
                "  decode GEMMs x (m, k) @ W^T, bf16, m in {1, 2, 4, 8}: Llama-7B and GPT-2 small shapes on CUDA\n"
                "  (cuBLASLt vs our gemv path, L2 flushed before each call), tiny shapes on the CPU\n"
                "  --backend auto|cpu|cuda   (default auto)\n"
                "  --m N                     one row count in [1, 8] instead of 1, 2, 4, 8\n"
-               "  --warmup N --iters N      (default 10/50 on CUDA, 1/3 on the CPU)\n"
+               "  --warmup N --iters N      (default %d/%d on CUDA, %d/%d on the CPU)\n"
                "  --format table|csv|json   stdout format (default table: markdown)\n"
-               "  --csv FILE --json FILE    also write the results there\n");
+               "  --csv FILE --json FILE    also write the results there\n",
+            d->warmup[1], d->iters[1], d->warmup[0], d->iters[0]);
 }
 
-int mf_bench_gemv_main(int argc, char **argv) {
-    mf_bench_gemv_opts o;
-    char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_bench_gemv_args(argc, argv, &o, err);
-    if (ar == MF_ARGS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: bench gemv: %s\n", err);
-        return 2;
-    }
-    const char *backend = o.com.backend, *csv = o.com.csv, *json = o.com.json;
-    int warmup = o.com.warmup, iters = o.com.iters;
-    const int64_t one_m = o.m;
-    const mf_bench_format fmt = o.com.fmt;
+static int gv_run(void *opts) {
+    mf_bench_gemv_opts *o = opts;
     mf_bench_session b;
-    if (mf_bench_open(&b, "gemv", backend, (size_t)16 << 20, false, NCOLS, col_names)) return 1;
-    if (warmup < 0) warmup = b.cuda ? 10 : 1;
-    if (iters < 0) iters = b.cuda ? 50 : 3;
+    if (mf_bench_begin(&b, &mf_bench_gemv, &o->com, (size_t)16 << 20, false, NCOLS, col_names)) return 1;
     mf_status st = MF_OK;
     const gv_shape *shapes = b.cuda ? kGpuShapes : kCpuShapes;
     const size_t n_shapes =
         b.cuda ? sizeof kGpuShapes / sizeof kGpuShapes[0] : sizeof kCpuShapes / sizeof kCpuShapes[0];
     for (size_t s = 0; s < n_shapes && st == MF_OK; s++)
         for (size_t r = 0; r < sizeof kRows / sizeof kRows[0] && st == MF_OK; r++) {
-            const int64_t m = one_m ? one_m : kRows[r];
-            st = bench_shape(&b, &shapes[s], m, warmup, iters);
-            if (one_m) break;
+            st = bench_shape(&b, &shapes[s], o->m ? o->m : kRows[r], o->com.warmup, o->com.iters);
+            if (o->m) break;
         }
-    int rc = 0;
-    if (st != MF_OK) {
-        fprintf(stderr, "minfer bench gemv: %s\n", mf_last_error());
-        rc = 1;
-    }
-    if (mf_bench_report(&b, fmt, iters,
+    return mf_bench_end(&b, st, &o->com,
                         b.cuda ? "GB/s = weight bytes (n k 2) / time; lt = cuBLASLt (default path), gemv = "
                                  "src/cuda/gemv.cu"
-                               : "GB/s = weight bytes (n k 2) / time; CPU: mf_gemm only (no gemv path)",
-                        csv, json))
-        rc = 1;
-    mf_bench_close(&b);
-    return rc;
+                               : "GB/s = weight bytes (n k 2) / time; CPU: mf_gemm only (no gemv path)");
 }
+
+static mf_args_result gv_option(void *opts, const char *a, const char *v, char *err) {
+    return mf_args_int32(a, v, 1, 8, &((mf_bench_gemv_opts *)opts)->m, err); // --m
+}
+
+const mf_bench_def mf_bench_gemv = {
+    .name = "gemv", .opts_size = sizeof(mf_bench_gemv_opts),
+    .about = "decode GEMMs (m = 1..8): cuBLASLt vs our gemv kernel, GB/s and % of copy bandwidth",
+    .common = MF_BENCH_OPT_SESSION,
+    .valued = (const char *const[]){"--m", NULL},
+    .option = gv_option, .help = gv_help, .run = gv_run,
+    .warmup = {1, 10}, .iters = {3, 50},
+};

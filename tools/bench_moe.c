@@ -31,14 +31,12 @@
 #include <string.h>
 
 #include "bench.h"
-#include "bench_util.h"
-#include "cli_args.h"
 #include "core/error.h"
 #ifdef MF_HAVE_CUDA
 #include "ops/moe_loop.h"
 #endif
 
-typedef mf_bench_moe_opts moe_opts; // parsed by mf_parse_bench_moe_args (cli_args.c)
+typedef mf_bench_moe_opts moe_opts; // parsed by mf_bench_parse with the options below
 
 typedef struct {
     const char *mode; // "prefill" | "decode"
@@ -273,7 +271,8 @@ static mf_status bench_case(mf_bench_session *b, const moe_opts *o, const moe_ca
     return st;
 }
 
-static void usage(FILE *f) {
+static void moe_help(FILE *f) {
+    const mf_bench_def *d = &mf_bench_moe;
     fprintf(f,
             "usage: minfer bench moe [options]\n"
             "  --backend auto|cpu|cuda   (default auto)\n"
@@ -287,10 +286,11 @@ static void usage(FILE *f) {
             "                            batch 16 prefill and 1,16 decode (CPU 1 and 1,4)\n"
             "  --seq N                   prefill tokens per sequence (default 2048; CPU 16)\n"
             "  --no-gemm-ceiling         skip the GEMM ceiling (%%gemm \"-\"; for profilers: no cuBLAS kernel)\n"
-            "  --warmup N --iters N      (default 5/20 on CUDA, 1/3 on the CPU)\n"
+            "  --warmup N --iters N      (default %d/%d on CUDA, %d/%d on the CPU)\n"
             "  --max-mb N                memory budget per case (default 85%% of free device memory; CPU 2048)\n"
             "  --format table|csv|json   stdout format (default table: markdown)\n"
-            "  --csv FILE --json FILE    also write the results there\n");
+            "  --csv FILE --json FILE    also write the results there\n",
+            d->warmup[1], d->iters[1], d->warmup[0], d->iters[0]);
 }
 
 // One case per (mode, routing, E, k, H, batch); FFN width I = 1.75 H.
@@ -358,40 +358,49 @@ static int make_cases(const moe_opts *o, bool cuda, moe_case *cs, int cap) {
     return n;
 }
 
-int mf_bench_moe_main(int argc, char **argv) {
-    moe_opts o;
-    char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_bench_moe_args(argc, argv, &o, err);
-    if (ar == MF_ARGS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: bench moe: %s\n", err);
-        return 2;
-    }
+static int moe_run(void *opts) {
+    moe_opts *o = opts;
     mf_bench_session b;
-    if (mf_bench_open(&b, "moe", o.com.backend, (size_t)64 << 20, !o.com.no_gemm, NCOLS, col_names)) return 1;
-    if (!o.com.dt_given) o.com.dt = b.cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32;
-    if (o.com.warmup < 0) o.com.warmup = b.cuda ? 5 : 1;
-    if (o.com.iters < 0) o.com.iters = b.cuda ? 20 : 3;
-    if (o.com.max_mb < 0) o.com.max_mb = mf_bench_default_max_mb(b.be, 2048, 600);
+    if (mf_bench_begin(&b, &mf_bench_moe, &o->com, (size_t)64 << 20, !o->com.no_gemm, NCOLS, col_names)) return 1;
+    if (!o->com.dt_given) o->com.dt = b.cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32;
     enum { CAP = 4096 }; // the lists' product: up to 16^4 x 2 x 2; the full grid: 576
     moe_case *cases = calloc(CAP, sizeof *cases);
-    const int n = cases ? make_cases(&o, b.cuda, cases, CAP) : 0;
+    const int n = cases ? make_cases(o, b.cuda, cases, CAP) : 0;
     mf_status st = cases ? MF_OK : mf_fail(MF_ERR_OOM, "bench moe: out of host memory");
     if (n == CAP) fprintf(stderr, "minfer bench moe: the lists' product is cut at %d cases\n", CAP);
-    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, &o, &cases[i], i + 1, n);
-    int rc = 0;
-    if (st != MF_OK) {
-        fprintf(stderr, "minfer bench moe: %s\n", mf_last_error());
-        rc = 1;
-    }
-    if (mf_bench_report(&b, o.com.fmt, o.com.iters,
-                        "FFN = 1.75 x hidden, SwiGLU; layer = router + permute + experts + combine", o.com.csv,
-                        o.com.json))
-        rc = 1;
+    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, o, &cases[i], i + 1, n);
     free(cases);
-    mf_bench_close(&b);
-    return rc;
+    return mf_bench_end(&b, st, &o->com, "FFN = 1.75 x hidden, SwiGLU; layer = router + permute + experts + combine");
 }
+
+// ---- options ---------------------------------------------------------------------------------
+
+static mf_args_result moe_option(void *opts, const char *a, const char *v, char *err) {
+    moe_opts *o = opts;
+    if (!strcmp(a, "--mode")) return mf_args_either(a, v, "prefill", "decode", "all", &o->prefill, &o->decode, err);
+    if (!strcmp(a, "--routing")) return mf_args_either(a, v, "even", "zipf", "both", &o->even, &o->zipf, err);
+    return mf_args_int(a, v, 1, 65536, &o->seq, err); // --seq
+}
+
+static mf_args_result moe_check(void *opts, char *err) {
+    const moe_opts *o = opts;
+    for (int h = 0; h < o->hidden.n; h++)
+        if (o->hidden.v[h] % 8) return mf_args_bad(err, "--hidden %lld: not a multiple of 8", (long long)o->hidden.v[h]);
+    return MF_ARGS_OK;
+}
+
+const mf_bench_def mf_bench_moe = {
+    .name = "moe", .opts_size = sizeof(moe_opts),
+    .about = "the MoE layer by parts (router, permute, experts, combine), even and Zipf routing",
+    .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_DTYPE | MF_BENCH_OPT_FULL | MF_BENCH_OPT_MAX_MB |
+              MF_BENCH_OPT_NO_GEMM,
+    .defaults = &(const moe_opts){.prefill = true, .decode = true, .even = true, .zipf = true, .seq = -1},
+    .lists = (const mf_bench_list_opt[]){{"--experts", 1, 256, offsetof(moe_opts, experts)},
+                                         {"--top-k", 1, 256, offsetof(moe_opts, top_k)},
+                                         {"--hidden", 8, 65536, offsetof(moe_opts, hidden)},
+                                         {"--batch", 1, 65536, offsetof(moe_opts, batch)},
+                                         {NULL, 0, 0, 0}},
+    .valued = (const char *const[]){"--mode", "--routing", "--seq", NULL},
+    .option = moe_option, .check = moe_check, .help = moe_help, .run = moe_run,
+    .warmup = {1, 5}, .iters = {3, 20}, .max_mb = {2048, 600},
+};

@@ -11,8 +11,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "bench_util.h"
-#include "cli_args.h"
 #include "core/error.h"
 #include "ops/softmax_geom.h"
 #ifdef MF_HAVE_CUDA
@@ -27,8 +25,7 @@ typedef struct {
     bool causal;
 } sm_case;
 
-// The options (parsed by mf_parse_bench_softmax_args, cli_args.c).
-typedef mf_bench_softmax_opts sm_opts;
+typedef mf_bench_softmax_opts sm_opts; // parsed by mf_bench_parse with the options below
 
 // State of one case for the timed closures.
 typedef struct {
@@ -208,7 +205,8 @@ static mf_status bench_case(mf_bench_session *b, const sm_opts *o, const sm_case
     return st;
 }
 
-static void usage(FILE *f) {
+static void sm_help(FILE *f) {
+    const mf_bench_def *d = &mf_bench_softmax;
     fprintf(f,
             "usage: minfer bench softmax [options]\n"
             "  --backend auto|cpu|cuda   (default auto)\n"
@@ -221,10 +219,11 @@ static void usage(FILE *f) {
             "                            [+4096,8192 on CUDA]); with any of them the sweep runs only when --cases asks\n"
             "  --mask causal|none        mask of the grid cases (default causal; the sweep has none)\n"
             "  --scale S                 (default 0.125)\n"
-            "  --warmup N --iters N      (default 10/50 on CUDA, 1/5 on the CPU)\n"
+            "  --warmup N --iters N      (default %d/%d on CUDA, %d/%d on the CPU)\n"
             "  --max-mb N                memory budget per case (default: 85%% of free device memory; CPU 1024)\n"
             "  --format table|csv|json   stdout format (default table: markdown)\n"
-            "  --csv FILE --json FILE    also write the results there\n");
+            "  --csv FILE --json FILE    also write the results there\n",
+            d->warmup[1], d->iters[1], d->warmup[0], d->iters[0]);
 }
 
 // Builds the case list: the grid (the listed shapes; else the subset or the
@@ -265,37 +264,54 @@ static int make_cases(const sm_opts *o, bool cuda, sm_case *cases, int cap) {
     return n;
 }
 
-int mf_bench_softmax_main(int argc, char **argv) {
-    sm_opts o;
-    char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_bench_softmax_args(argc, argv, &o, err);
-    if (ar == MF_ARGS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: bench softmax: %s\n", err);
-        return 2;
-    }
+static int sm_run(void *opts) {
+    sm_opts *o = opts;
     mf_bench_session b;
-    if (mf_bench_open(&b, "softmax", o.com.backend, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
-    if (o.com.warmup < 0) o.com.warmup = b.cuda ? 10 : 1;
-    if (o.com.iters < 1) o.com.iters = b.cuda ? 50 : 5;
-    if (o.com.max_mb < 0) o.com.max_mb = mf_bench_default_max_mb(b.be, 1024, 300);
+    if (mf_bench_begin(&b, &mf_bench_softmax, &o->com, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
     enum { CAP = MF_ARGS_MAX_LIST * MF_ARGS_MAX_LIST * MF_ARGS_MAX_LIST + 16 };
     sm_case *cases = calloc(CAP, sizeof *cases);
-    const int n = cases ? make_cases(&o, b.cuda, cases, CAP) : 0;
+    const int n = cases ? make_cases(o, b.cuda, cases, CAP) : 0;
     mf_status st = cases ? MF_OK : mf_fail(MF_ERR_OOM, "bench: out of host memory");
-    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, &o, &cases[i], i + 1, n);
-    int rc = 0;
-    if (st != MF_OK) {
-        fprintf(stderr, "minfer bench softmax: %s\n", mf_last_error());
-        rc = 1;
-    }
-    if (mf_bench_report(&b, o.com.fmt, o.com.iters, "GB/s counts x read once + y written once", o.com.csv,
-                        o.com.json))
-        rc = 1;
+    for (int i = 0; i < n && st == MF_OK; i++) st = bench_case(&b, o, &cases[i], i + 1, n);
     free(cases);
-    mf_bench_close(&b);
-    return rc;
+    return mf_bench_end(&b, st, &o->com, "GB/s counts x read once + y written once");
 }
+
+// ---- options ---------------------------------------------------------------------------------
+
+static mf_args_result sm_option(void *opts, const char *a, const char *v, char *err) {
+    sm_opts *o = opts;
+    if (!strcmp(a, "--scale")) return mf_args_float(a, v, -INFINITY, INFINITY, &o->scale, err);
+    if (!strcmp(a, "--variant")) return mf_args_either(a, v, "fused", "unfused", "both", &o->fused, &o->unfused, err);
+    if (!strcmp(a, "--cases")) {
+        o->cases_given = true;
+        return mf_args_either(a, v, "grid", "sweep", "all", &o->grid, &o->sweep, err);
+    }
+    if (strcmp(v, "causal") && strcmp(v, "none")) return mf_args_bad(err, "--mask %.80s: not causal or none", v);
+    o->causal = !strcmp(v, "causal");
+    return MF_ARGS_OK;
+}
+
+static mf_args_result sm_check(void *opts, char *err) {
+    sm_opts *o = opts;
+    const bool listed = o->batch.n || o->heads.n || o->seq.n;
+    if (listed && !o->cases_given) o->sweep = false; // the listed shapes are what was asked for
+    if (listed && !o->grid)
+        return mf_args_bad(err, "--cases sweep with --batch/--heads/--seq: the lists shape the grid cases");
+    return MF_ARGS_OK;
+}
+
+const mf_bench_def mf_bench_softmax = {
+    .name = "softmax", .opts_size = sizeof(sm_opts),
+    .about = "fused scale + mask + softmax vs the unfused chain: us, GB/s, % of copy bandwidth",
+    .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_DTYPE | MF_BENCH_OPT_FULL | MF_BENCH_OPT_MAX_MB,
+    .defaults = &(const sm_opts){.fused = true, .unfused = true, .grid = true, .sweep = true, .causal = true,
+                                 .scale = 0.125f},
+    .lists = (const mf_bench_list_opt[]){{"--batch", 1, INT32_MAX, offsetof(sm_opts, batch)},
+                                         {"--heads", 1, INT32_MAX, offsetof(sm_opts, heads)},
+                                         {"--seq", 1, INT32_MAX, offsetof(sm_opts, seq)},
+                                         {NULL, 0, 0, 0}},
+    .valued = (const char *const[]){"--scale", "--variant", "--cases", "--mask", NULL},
+    .option = sm_option, .check = sm_check, .help = sm_help, .run = sm_run,
+    .warmup = {1, 10}, .iters = {5, 50}, .max_mb = {1024, 300},
+};

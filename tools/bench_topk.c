@@ -15,18 +15,17 @@
 // max and the sum): column `check`; a failed check makes the exit status 1.
 // On the CPU backend the same loop runs (host clock, memcpy ceiling) on a
 // smaller default grid, so the tool is testable without a GPU.
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
-#include "bench_util.h"
-#include "cli_args.h"
 #include "core/error.h"
 #include "minfer/minfer.h"
 
-typedef mf_bench_topk_opts tk_opts; // parsed by mf_parse_bench_topk_args (cli_args.c)
+typedef mf_bench_topk_opts tk_opts; // parsed by mf_bench_parse with the options below
 typedef mf_arg_list tk_list;
 
 // One case's buffers and the op's arguments, for the timed closure.
@@ -164,7 +163,8 @@ static mf_status bench_case(mf_bench_session *b, const tk_opts *o, mf_dtype dt, 
     return st;
 }
 
-static void usage(FILE *f) {
+static void tk_help(FILE *f) {
+    const mf_bench_def *d = &mf_bench_topk;
     fprintf(f,
             "usage: minfer bench topk [options]\n"
             "  mf_topk: per row of logits the k largest with ids, the row max and sum of exp;\n"
@@ -177,10 +177,10 @@ static void usage(FILE *f) {
             "  --dtype f32|bf16|f16[,...] logits dtype (default f32: the engine's LM head output)\n"
             "  --full                    more: vocab + 50257,256000, batch + 4,16,32,128, k + 1,256, dtype + bf16\n"
             "  --scale S                 1 / temperature, finite and > 0 (default 1)\n"
-            "  --warmup N --iters N      (default 10/50 on CUDA, 1/5 on the CPU)\n"
+            "  --warmup N --iters N      (default %d/%d on CUDA, %d/%d on the CPU)\n"
             "  --format table|csv|json   stdout format (default table: markdown)\n"
             "  --csv FILE --json FILE    also write the results there\n",
-            MF_TOPK_MAX);
+            MF_TOPK_MAX, d->warmup[1], d->iters[1], d->warmup[0], d->iters[0]);
 }
 
 // Fills l with defaults[] when the user gave no list; --full appends more[].
@@ -190,61 +190,81 @@ static void default_list(tk_list *l, const int64_t *defaults, int nd, const int6
     for (int i = 0; full && i < nm; i++) l->v[l->n++] = more[i];
 }
 
-int mf_bench_topk_main(int argc, char **argv) {
-    tk_opts o;
-    char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_bench_topk_args(argc, argv, &o, err);
-    if (ar == MF_ARGS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: bench topk: %s\n", err);
-        return 2;
-    }
+static int tk_run(void *opts) {
+    tk_opts *o = opts;
     mf_bench_session b;
-    if (mf_bench_open(&b, "topk", o.com.backend, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
-    if (o.com.warmup < 0) o.com.warmup = b.cuda ? 10 : 1;
-    if (o.com.iters < 0) o.com.iters = b.cuda ? 50 : 5;
+    if (mf_bench_begin(&b, &mf_bench_topk, &o->com, (size_t)64 << 20, false, NCOLS, col_names)) return 1;
     static const int64_t gpu_vocab[] = {32000, 128256, 151936}, cpu_vocab[] = {32000}, more_vocab[] = {50257, 256000};
     static const int64_t gpu_batch[] = {1, 8, 64}, cpu_batch[] = {1, 8}, more_batch[] = {4, 16, 32, 128};
     static const int64_t def_k[] = {50, 1024}, more_k[] = {1, 256};
-    default_list(&o.vocab, b.cuda ? gpu_vocab : cpu_vocab, b.cuda ? 3 : 1, more_vocab, 2, o.com.full);
-    default_list(&o.batch, b.cuda ? gpu_batch : cpu_batch, b.cuda ? 3 : 2, more_batch, 4, o.com.full);
-    default_list(&o.k, def_k, 2, more_k, 2, o.com.full);
-    if (o.com.full && o.n_dt == 1 && o.dts[0] == MF_DTYPE_F32) o.dts[o.n_dt++] = MF_DTYPE_BF16;
+    default_list(&o->vocab, b.cuda ? gpu_vocab : cpu_vocab, b.cuda ? 3 : 1, more_vocab, 2, o->com.full);
+    default_list(&o->batch, b.cuda ? gpu_batch : cpu_batch, b.cuda ? 3 : 2, more_batch, 4, o->com.full);
+    default_list(&o->k, def_k, 2, more_k, 2, o->com.full);
+    if (o->com.full && o->n_dt == 1 && o->dts[0] == MF_DTYPE_F32) o->dts[o->n_dt++] = MF_DTYPE_BF16;
 
     mf_status st = MF_OK;
     bool failed = false;
-    const int nc = o.n_dt * o.vocab.n * o.batch.n * o.k.n;
+    const int nc = o->n_dt * o->vocab.n * o->batch.n * o->k.n;
     int ci = 0;
-    for (int d = 0; d < o.n_dt && st == MF_OK; d++)
-        for (int vi = 0; vi < o.vocab.n && st == MF_OK; vi++)
-            for (int bi = 0; bi < o.batch.n && st == MF_OK; bi++)
-                for (int ki = 0; ki < o.k.n && st == MF_OK; ki++) {
+    for (int d = 0; d < o->n_dt && st == MF_OK; d++)
+        for (int vi = 0; vi < o->vocab.n && st == MF_OK; vi++)
+            for (int bi = 0; bi < o->batch.n && st == MF_OK; bi++)
+                for (int ki = 0; ki < o->k.n && st == MF_OK; ki++) {
                     ci++;
-                    if (o.k.v[ki] > o.vocab.v[vi]) {
+                    if (o->k.v[ki] > o->vocab.v[vi]) {
                         fprintf(stderr, "minfer bench topk: [%d/%d] skipping k %lld > vocab %lld\n", ci, nc,
-                                (long long)o.k.v[ki], (long long)o.vocab.v[vi]);
+                                (long long)o->k.v[ki], (long long)o->vocab.v[vi]);
                         continue;
                     }
-                    st = bench_case(&b, &o, o.dts[d], o.vocab.v[vi], o.batch.v[bi], o.k.v[ki], ci, nc, &failed);
+                    st = bench_case(&b, o, o->dts[d], o->vocab.v[vi], o->batch.v[bi], o->k.v[ki], ci, nc, &failed);
                 }
-    int rc = 0;
-    if (st != MF_OK) {
-        fprintf(stderr, "minfer bench topk: %s\n", mf_last_error());
-        rc = 1;
-    }
-    if (failed) {
-        fprintf(stderr, "minfer bench topk: some outputs failed the host check (column check)\n");
-        rc = 1;
-    }
     char note[320];
     snprintf(note, sizeof note,
              "MB_read = B V esize (the logits once), GB/s = that / p50; host_KB = B (8k + 8) crossing to the host "
              "vs logits_KB = B V 4 (f32 logits); scale %g",
-             (double)o.scale);
-    if (mf_bench_report(&b, o.com.fmt, o.com.iters, note, o.com.csv, o.com.json)) rc = 1;
-    mf_bench_close(&b);
-    return rc;
+             (double)o->scale);
+    const int rc = mf_bench_end(&b, st, &o->com, note);
+    if (failed) fprintf(stderr, "minfer bench topk: some outputs failed the host check (column check)\n");
+    return rc || failed;
 }
+
+// ---- options ---------------------------------------------------------------------------------
+
+static mf_args_result tk_option(void *opts, const char *a, const char *v, char *err) {
+    tk_opts *o = opts;
+    if (!strcmp(a, "--scale")) {
+        double x = 0;
+        if (!mf_args_finite(v, &x) || !(x > 0) || x > FLT_MAX || !((float)x > 0))
+            return mf_args_bad(err, "--scale %.80s: not a finite number > 0", v);
+        o->scale = (float)x;
+        return MF_ARGS_OK;
+    }
+    o->n_dt = 0; // --dtype f32,bf16: distinct dtypes
+    for (const char *p = v;;) {
+        const size_t len = strcspn(p, ",");
+        mf_dtype dt = MF_DTYPE_F32;
+        bool ok = (len == 3 && !strncmp(p, "f32", 3)) || (len == 3 && !strncmp(p, "f16", 3)) ||
+                  (len == 4 && !strncmp(p, "bf16", 4));
+        if (ok) dt = p[0] == 'b' ? MF_DTYPE_BF16 : p[1] == '1' ? MF_DTYPE_F16 : MF_DTYPE_F32;
+        for (int j = 0; ok && j < o->n_dt; j++) ok = o->dts[j] != dt;
+        if (!ok || o->n_dt == 3)
+            return mf_args_bad(err, "--dtype %.80s: want distinct f32, bf16 or f16, comma-separated", v);
+        o->dts[o->n_dt++] = dt;
+        if (!p[len]) return MF_ARGS_OK;
+        p += len + 1;
+    }
+}
+
+const mf_bench_def mf_bench_topk = {
+    .name = "topk", .opts_size = sizeof(tk_opts),
+    .about = "device top-k / top-p candidates (mf_topk) per row of logits: us, GB/s, bytes to the host",
+    .common = MF_BENCH_OPT_SESSION | MF_BENCH_OPT_FULL, .full_with_lists = true, // --full: more unlisted values
+    .defaults = &(const tk_opts){.dts = {MF_DTYPE_F32}, .n_dt = 1, .scale = 1.0f},
+    .lists = (const mf_bench_list_opt[]){{"--vocab", 1, INT32_MAX, offsetof(tk_opts, vocab)},
+                                         {"--batch", 1, INT32_MAX, offsetof(tk_opts, batch)},
+                                         {"--k", 1, MF_TOPK_MAX, offsetof(tk_opts, k)},
+                                         {NULL, 0, 0, 0}},
+    .valued = (const char *const[]){"--scale", "--dtype", NULL},
+    .option = tk_option, .help = tk_help, .run = tk_run,
+    .warmup = {1, 10}, .iters = {5, 50},
+};

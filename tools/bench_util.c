@@ -1,10 +1,8 @@
 // Benchmark plumbing: see bench_util.h.
 #include <errno.h>
-#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef MF_HAVE_CUDA
@@ -12,6 +10,7 @@
 #endif
 
 #include "bench_util.h"
+#include "cli.h"
 #include "core/error.h"
 
 struct mf_bench_timer {
@@ -33,12 +32,6 @@ struct mf_bench_timer {
         if (e_ != cudaSuccess) return mf_fail(MF_ERR_CUDA, "bench: %s: %s", #call, cudaGetErrorString(e_)); \
     } while (0)
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 mf_status mf_bench_timer_init(mf_backend *be, size_t flush_bytes, mf_bench_timer **out) {
     *out = NULL;
@@ -120,9 +113,9 @@ mf_status mf_bench_time(mf_bench_timer *t, mf_bench_fn fn, void *arg, bool flush
         return MF_OK;
 #endif
     }
-    double t0 = now_s();
+    double t0 = mf_cli_now();
     MF_TRY(fn(arg));
-    *us = 1e6 * (now_s() - t0);
+    *us = 1e6 * (mf_cli_now() - t0);
     return MF_OK;
 }
 
@@ -328,108 +321,11 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-enum { SESSION_COLS = 5 };
-static const char *const session_cols[SESSION_COLS] = {"device", "commit", "date", "copy_GB/s", "gemm_TFLOP/s"};
-
-int mf_bench_open(mf_bench_session *b, const char *what, const char *backend, size_t cpu_flush, bool gemm, int ncols,
-                  const char *const *names) {
-    *b = (mf_bench_session){.what = what, .ncols = ncols, .gemm_tflops = NAN};
-    const char **all = malloc((size_t)(ncols + SESSION_COLS) * sizeof *all);
-    if (!all) {
-        fprintf(stderr, "minfer bench %s: out of memory\n", what);
-        return 1;
-    }
-    for (int c = 0; c < ncols + SESSION_COLS; c++) all[c] = c < ncols ? names[c] : session_cols[c - ncols];
-    b->tab = mf_bench_table_new(ncols + SESSION_COLS, all);
-    free(all);
-    mf_status st = b->tab ? mf_backend_init(backend, &b->be) : mf_fail(MF_ERR_OOM, "out of memory");
-    if (st == MF_OK) {
-        b->cuda = mf_backend_device(b->be) == MF_DEVICE_CUDA;
-        // Flush buffer: several times any L2 (50-60 MB on H100/H200); on the CPU larger than a small LLC.
-        st = mf_bench_timer_init(b->be, b->cuda ? ((size_t)256 << 20) : cpu_flush, &b->timer);
-    }
-    if (st == MF_OK)
-        st = mf_bench_copy_gbps(b->timer, b->be, b->cuda ? ((size_t)1 << 30) : ((size_t)128 << 20), b->cuda ? 20 : 5,
-                                &b->copy_gbps);
-    if (st == MF_OK && gemm) {
-        const int64_t n = b->cuda ? 8192 : 1024;
-        const mf_dtype dt = b->cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32;
-        st = mf_bench_gemm_tflops(b->timer, b->be, n, dt, b->cuda ? 20 : 3, &b->gemm_tflops);
-        snprintf(b->gemm_shape, sizeof b->gemm_shape, "%s %lldx%lldx%lld", mf_dtype_name(dt), (long long)n,
-                 (long long)n, (long long)n);
-    }
-    if (st != MF_OK) {
-        fprintf(stderr, "minfer bench %s: %s\n", what, mf_last_error());
-        mf_bench_close(b);
-        return 1;
-    }
-    for (int c = 0; c < SESSION_COLS; c++) mf_bench_table_hide_in_table(b->tab, session_cols[c]);
-    mf_bench_device_name(b->timer, b->device, sizeof b->device);
-    time_t now = time(NULL);
-    strftime(b->date, sizeof b->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    return 0;
-}
-
-void mf_bench_close(mf_bench_session *b) {
-    mf_bench_table_free(b->tab);
-    mf_bench_timer_free(b->timer);
-    mf_backend_free(b->be);
-    *b = (mf_bench_session){0};
-}
-
 void mf_bench_fmt(char *buf, size_t cap, double v, int prec) {
     if (v != v)
         snprintf(buf, cap, "-");
     else
         snprintf(buf, cap, "%.*f", prec, v);
-}
-
-bool mf_bench_add_row(mf_bench_session *b, const char *const *cells) {
-    const int n = b->ncols + SESSION_COLS;
-    const char **row = malloc((size_t)n * sizeof *row);
-    if (!row) return false;
-    char copy[32], gemm[32];
-    mf_bench_fmt(copy, sizeof copy, b->copy_gbps, 1);
-    mf_bench_fmt(gemm, sizeof gemm, b->gemm_tflops, 3);
-    const char *own[SESSION_COLS] = {b->device, mf_build_commit, b->date, copy, gemm};
-    for (int c = 0; c < n; c++) row[c] = c < b->ncols ? cells[c] : own[c - b->ncols];
-    const bool ok = mf_bench_table_add(b->tab, row);
-    free(row);
-    return ok;
-}
-
-void mf_bench_progress(const mf_bench_session *b, int i, int n, const char *fmt, ...) {
-    char msg[320];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "minfer bench %s: [%d/%d] %s\n", b->what, i, n, msg);
-}
-
-int mf_bench_report(const mf_bench_session *b, mf_bench_format fmt, int iters, const char *note, const char *csv,
-                    const char *json) {
-    if (fmt == MF_BENCH_TABLE) {
-        printf("# %s on %s (%s), commit %s, %s; copy ceiling %.1f GB/s (read + write)", b->what,
-               mf_backend_name(b->be), b->device, mf_build_commit, b->date, b->copy_gbps);
-        if (b->gemm_tflops == b->gemm_tflops) printf("; GEMM ceiling %.3f TFLOP/s (%s)", b->gemm_tflops, b->gemm_shape);
-        printf("; %d iterations, L2 flushed; %s\n", iters, note);
-    }
-    mf_bench_table_print(b->tab, fmt, stdout);
-    char who[64];
-    snprintf(who, sizeof who, "minfer bench %s", b->what);
-    return mf_bench_table_write_files(b->tab, csv, json, who);
-}
-
-double mf_bench_default_max_mb(const mf_backend *be, double cpu_mb, double reserve_mb) {
-#ifdef MF_HAVE_CUDA
-    size_t free_b = 0, total_b = 0;
-    if (mf_backend_device(be) == MF_DEVICE_CUDA && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
-        return 0.85 * (double)free_b / 1e6 - reserve_mb;
-#else
-    (void)be, (void)reserve_mb;
-#endif
-    return cpu_mb;
 }
 
 int mf_bench_table_write_files(const mf_bench_table *t, const char *csv, const char *json, const char *who) {

@@ -92,56 +92,7 @@ void mf_bench_device_name(const mf_bench_timer *t, char *buf, size_t cap);
 // cmake/build_info.cmake at every build).
 extern const char mf_build_commit[];
 
-// What every op bench opens first: the backend, its result table, the timer
-// with an L2 flush buffer (256 MB on CUDA, cpu_flush bytes on the CPU), the
-// provenance (device, commit, UTC date) and the ceilings its figures are
-// quoted against, measured before the first case:
-//   copy: device-to-device copy of 1 GiB (CPU: memcpy of 128 MiB), GB/s
-//         counting bytes read plus bytes written, median of 20 (CPU 5);
-//   gemm: when asked, a square GEMM through mf_gemm (CUDA: bf16 8192^3,
-//         cuBLASLt; CPU: f32 1024^3, OpenBLAS), TFLOP/s, median of 20 (CPU 3).
-// The table has the bench's ncols columns `names`, then the session's:
-// device, commit, date, copy_GB/s, gemm_TFLOP/s (gemm "-" when not
-// measured); the markdown table shows none of those (a "# ..." line above
-// it does), CSV and JSON keep them all.
-typedef struct {
-    const char *what;     // "attention": names the bench in messages
-    mf_backend *be;
-    mf_bench_timer *timer;
-    mf_bench_table *tab;
-    bool cuda;            // be runs on CUDA
-    int ncols;            // the bench's own columns (the table has 5 more)
-    char device[160];     // mf_bench_device_name
-    char date[32];        // UTC, ISO 8601
-    double copy_gbps;     // the copy ceiling
-    double gemm_tflops;   // the GEMM ceiling; NAN when not measured
-    char gemm_shape[48];  // "bf16 8192x8192x8192" (empty when not measured)
-} mf_bench_session;
-
-// Returns 0, or 1 after printing "minfer bench <what>: <why>" with nothing left open.
-int mf_bench_open(mf_bench_session *b, const char *what, const char *backend, size_t cpu_flush, bool gemm, int ncols,
-                  const char *const *names);
-void mf_bench_close(mf_bench_session *b);
-
-// Appends a row: the bench's ncols cells, then the session's own. False on OOM.
-bool mf_bench_add_row(mf_bench_session *b, const char *const *cells);
-
-// One progress line on stderr: "minfer bench <what>: [i/n] <message>".
-void mf_bench_progress(const mf_bench_session *b, int i, int n, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-// The results on stdout in fmt (table: after one "# ..." line naming the
-// device, commit, date, ceilings, iterations and `note`), and as CSV / JSON
-// into the files csv / json (NULL: skipped). Returns 0, or 1 when a file
-// could not be written (named on stderr).
-int mf_bench_report(const mf_bench_session *b, mf_bench_format fmt, int iters, const char *note, const char *csv,
-                    const char *json);
-
 // A number cell: "%.*f", or "-" for NaN.
 void mf_bench_fmt(char *buf, size_t cap, double v, int prec);
-
-// The default --max-mb of an op bench: 85% of the device's free memory less
-// reserve_mb on CUDA, cpu_mb on the CPU.
-double mf_bench_default_max_mb(const mf_backend *be, double cpu_mb, double reserve_mb);
 
 #endif // MF_TOOLS_BENCH_UTIL_H

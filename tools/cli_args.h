@@ -1,5 +1,7 @@
-// Argument parsing of the CLI's commands, apart from running them, so that it
-// can be tested and fuzzed (fuzz/fuzz_cli.c) without a model or a backend.
+// Argument parsing of the CLI, apart from running the commands, so that it can
+// be tested and fuzzed (fuzz/fuzz_cli.c): the parsers of generate, score and
+// info, the model options they share with bench model, and the primitives
+// every parser uses (the benches' parsers live with the benches: bench.h).
 //
 // Each mf_parse_<command>_args() takes the arguments after the command name,
 // fills the whole options struct (defaults included) and returns
@@ -84,86 +86,44 @@ typedef struct {
     int64_t seq;   // --seq, [1, 2^31); 0: min(max positions, 2048)
 } mf_info_opts;
 
-// minfer bench model [options]
-typedef struct {
-    mf_model_args model;              // no -m and no --synthetic: --synthetic small; --seed 1
-    int64_t batches[MF_ARGS_MAX_LIST]; // (n_batches) --batch values, each [1, 2^31)
-    int64_t seqs[MF_ARGS_MAX_LIST];    // (n_seqs) --seq values, each [1, 2^31)
-    int n_batches, n_seqs;            // 0 when not given: the backend's defaults
-    mf_bench_format fmt;              // --format (table)
-    int gen;                          // --gen, [1, 4096] (16)
-    int iters;                        // --iters, [1, 100000]; 0: backend default
-    bool profile;                     // --profile
-} mf_bench_model_opts;
+// ---- primitives ---------------------------------------------------------------------------
+// Each option helper parses value s of `flag` into *v, or formats the message
+// naming flag and value ("--iters 0: not an integer in [1, 1000000]") into err.
 
-// The options every op bench takes (each refuses those it has no use for).
-typedef struct {
-    const char *backend, *csv, *json; // --backend (auto), --csv FILE, --json FILE
-    mf_dtype dt;                      // --dtype (valid when dt_given; the bench has a default)
-    bool dt_given;
-    mf_bench_format fmt;              // --format (table)
-    bool full;                        // --full: the whole default grid (not with shape lists)
-    bool no_gemm;                     // --no-gemm-ceiling: skip it (profiling runs: no cuBLAS kernel to filter)
-    int warmup, iters;                // [0, 10^6] and [1, 10^6]; -1: backend default
-    double max_mb;                    // --max-mb, finite, >= 0; -1: the backend default
-} mf_bench_common_opts;
+// Formats err (control bytes shown as '?': one line) and returns MF_ARGS_BAD.
+mf_args_result mf_args_bad(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool mf_args_is_help(const char *a);                    // -h or --help
+bool mf_args_one_of(const char *a, const char *const *names); // names: NULL-terminated
+// argv[*i + 1] as the value of flag argv[*i] (*i advanced), or "FLAG needs a value".
+mf_args_result mf_args_value(int argc, char **argv, int *i, const char **v, char *err);
+mf_args_result mf_args_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *v, char *err);
+mf_args_result mf_args_int32(const char *flag, const char *s, int64_t lo, int64_t hi, int *v, char *err);
+// In [lo, hi] (hi = INFINITY: no upper bound); the float one also within the float range.
+mf_args_result mf_args_double(const char *flag, const char *s, double lo, double hi, double *v, char *err);
+mf_args_result mf_args_float(const char *flag, const char *s, double lo, double hi, float *v, char *err);
+bool mf_args_finite(const char *s, double *v); // the whole string is a finite number
+// "1,4,8": up to MF_ARGS_MAX_LIST integers, each in [lo, hi].
+mf_args_result mf_args_list(const char *flag, const char *s, int64_t lo, int64_t hi, mf_arg_list *l, char *err);
+bool mf_args_dtype(const char *s, mf_dtype *dt);          // bf16, f16 or f32
+bool mf_args_format(const char *s, mf_bench_format *f);   // table, csv or json
+bool mf_args_backend_ok(const char *s);                   // auto, cpu or cuda
+// v is x, y or both: *want_x and *want_y say which ("FLAG V: not X, Y or BOTH" when none).
+mf_args_result mf_args_either(const char *flag, const char *v, const char *x, const char *y, const char *both,
+                              bool *want_x, bool *want_y, char *err);
 
-// minfer bench softmax [options]
-typedef struct {
-    mf_bench_common_opts com;
-    bool fused, unfused;              // --variant (both)
-    bool grid, sweep;                 // --cases (all; grid only when shape lists are given)
-    bool causal;                      // --mask (causal)
-    float scale;                      // --scale, finite (0.125)
-    mf_arg_list batch, heads, seq;    // grid shapes (product; q_len = k_len = seq); any given: no default grid
-} mf_bench_softmax_opts;
+// The model options: those that take a value, and those that take none.
+#define MF_ARGS_MODEL_VALUED "-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn", "--topk"
+#define MF_ARGS_MODEL_FLAGS "--no-graphs", "--host-argmax"
+// Sets model option `flag` (value NULL for MF_ARGS_MODEL_FLAGS).
+mf_args_result mf_args_model_set(mf_model_args *o, const char *flag, const char *value, char *err);
+// A model option at argv[*i] (its value consumed): MF_ARGS_OK with *taken
+// set when argv[*i] is one, or MF_ARGS_BAD.
+mf_args_result mf_args_model_opt(int argc, char **argv, int *i, mf_model_args *o, bool *taken, char *err);
 
-// minfer bench attention [options]
-typedef struct {
-    mf_bench_common_opts com;
-    bool prefill, decode;             // --cases (all)
-    bool causal, noncausal;           // --mask causal|none|both (both; prefill cases)
-    int num_splits;                   // --num-splits, [0, 256] (0: the dispatch chooses)
-    mf_arg_list batch, seq, heads, kv_heads, head_dim; // shapes (product; decode: seq = cached context;
-                                                       // pairs where kv_heads does not divide heads skipped)
-} mf_bench_attention_opts;
-
-// minfer bench moe [options]
-typedef struct {
-    mf_bench_common_opts com;
-    bool prefill, decode;             // --mode (all)
-    bool even, zipf;                  // --routing (both)
-    int64_t seq;                      // --seq, prefill tokens per sequence, [1, 65536]; -1: 2048 (CPU 16)
-    mf_arg_list experts, top_k, hidden, batch; // shapes (product; top_k > experts skipped): experts and
-                                               // top_k [1, 256], hidden a multiple of 8 in [8, 65536]
-} mf_bench_moe_opts;
-
-// minfer bench topk [options]
-typedef struct {
-    mf_bench_common_opts com;         // --dtype is dts below; no --max-mb, no GEMM ceiling
-    mf_arg_list vocab, batch, k;      // n == 0: the backend's defaults; vocab, batch [1, 2^31), k [1, MF_TOPK_MAX]
-    mf_dtype dts[3];                  // (n_dt) --dtype f32,bf16,f16: distinct (default f32)
-    int n_dt;
-    float scale;                      // --scale, finite and > 0 (1)
-} mf_bench_topk_opts;
-
-// minfer bench gemv [options]
-typedef struct {
-    mf_bench_common_opts com;         // no --dtype, --full, --max-mb or GEMM ceiling
-    int m;                            // --m: one row count in [1, 8]; 0: 1, 2, 4 and 8
-} mf_bench_gemv_opts;
-
+// ---- commands -------------------------------------------------------------------------------
 mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o, char err[MF_ARGS_ERR_CAP]);
 mf_args_result mf_parse_score_args(int argc, char **argv, mf_score_opts *o, char err[MF_ARGS_ERR_CAP]);
 void mf_score_opts_free(mf_score_opts *o); // frees ids; NULL is fine
 mf_args_result mf_parse_info_args(int argc, char **argv, mf_info_opts *o, char err[MF_ARGS_ERR_CAP]);
-mf_args_result mf_parse_bench_model_args(int argc, char **argv, mf_bench_model_opts *o, char err[MF_ARGS_ERR_CAP]);
-mf_args_result mf_parse_bench_softmax_args(int argc, char **argv, mf_bench_softmax_opts *o,
-                                           char err[MF_ARGS_ERR_CAP]);
-mf_args_result mf_parse_bench_attention_args(int argc, char **argv, mf_bench_attention_opts *o,
-                                             char err[MF_ARGS_ERR_CAP]);
-mf_args_result mf_parse_bench_moe_args(int argc, char **argv, mf_bench_moe_opts *o, char err[MF_ARGS_ERR_CAP]);
-mf_args_result mf_parse_bench_topk_args(int argc, char **argv, mf_bench_topk_opts *o, char err[MF_ARGS_ERR_CAP]);
-mf_args_result mf_parse_bench_gemv_args(int argc, char **argv, mf_bench_gemv_opts *o, char err[MF_ARGS_ERR_CAP]);
 
 #endif // MF_TOOLS_CLI_ARGS_H

@@ -12,11 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_args.h"
-#include "cmd_generate.h"
+#include "cli.h"
 #include "minfer/generate.h"
-#include "minfer/minfer.h"
-#include "minfer/model.h"
 
 static void help(FILE *f) {
     fprintf(f,
@@ -61,23 +58,11 @@ static void on_text(int32_t seq, const char *text, size_t len, void *user) {
     fflush(stdout);
 }
 
-static int lib_error(const char *what) {
-    fprintf(stderr, "minfer: error: generate: %s%s%s\n", what ? what : "", what ? ": " : "", mf_last_error());
-    return 1;
-}
-
 int mf_cmd_generate(int argc, char **argv) {
     mf_generate_opts o;
     char err[MF_ARGS_ERR_CAP];
-    const mf_args_result ar = mf_parse_generate_args(argc, argv, &o, err);
-    if (ar == MF_ARGS_HELP) {
-        help(stdout);
-        return 0;
-    }
-    if (ar != MF_ARGS_OK) {
-        fprintf(stderr, "minfer: error: generate: %s\n", err);
-        return 2;
-    }
+    const int done = mf_cli_parsed(mf_parse_generate_args(argc, argv, &o, err), "generate", err, help);
+    if (done >= 0) return done;
     if (!o.seed_given) o.sp.seed = random_seed();
 
     mf_backend *be = NULL;
@@ -87,17 +72,17 @@ int mf_cmd_generate(int argc, char **argv) {
     mf_generate_result r = {0};
     int rc = 1;
     if (mf_backend_init(o.backend, &be) != MF_OK) {
-        lib_error("backend");
+        mf_cli_fail("generate: backend");
         goto done;
     }
     mf_model_opts mo = {.dtype = o.dtype, .dtype_auto = o.dtype_auto, .attn = o.attn, .verbose = true};
     if (mf_model_load(o.dir, be, &mo, &m) != MF_OK) {
-        lib_error(o.dir);
+        mf_cli_fail("generate: %s", o.dir);
         goto done;
     }
     mf_model_info info;
     if (mf_model_get_info(m, &info) != MF_OK) {
-        lib_error("model info");
+        mf_cli_fail("generate: model info");
         goto done;
     }
     const mf_tokenizer *tok = mf_model_tokenizer(m);
@@ -110,7 +95,7 @@ int mf_cmd_generate(int argc, char **argv) {
     // tokens, the model's max_pos at most), the ids are what mf_generate runs.
     int64_t n_prompt = 0;
     if (mf_generate_encode_prompt(tok, o.prompt, o.bos, 0, &ids, &n_prompt) != MF_OK) {
-        lib_error("tokenizing the prompt");
+        mf_cli_fail("generate: tokenizing the prompt");
         goto done;
     }
     int64_t max_seq = n_prompt + (o.n > 0 ? o.n : 1);
@@ -125,7 +110,7 @@ int mf_cmd_generate(int argc, char **argv) {
         max_seq = info.max_pos;
     }
     if (mf_session_create(m, 1, max_seq, &s) != MF_OK || (o.no_graphs && mf_session_set_graphs(s, false) != MF_OK)) {
-        lib_error("session");
+        mf_cli_fail("generate: session");
         goto done;
     }
 

@@ -11,7 +11,7 @@
 #include "model/arch.h"
 #include "model/config.h"
 #include "model/config_read.h"
-#include "model/fileio.h"
+#include "core/fileio.h"
 
 #define NAME_FMT MF_CFG_FN
 #define MAX_CONFIG_BYTES (16u << 20)

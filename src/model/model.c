@@ -11,7 +11,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "model/config.h"
-#include "model/fileio.h"
+#include "core/fileio.h"
 #include "model/model_internal.h"
 
 // generation_config.json, when present, overrides bos/eos (as transformers'

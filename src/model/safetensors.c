@@ -12,7 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/fileio.h"
+#include "core/fileio.h"
 #include "model/safetensors.h"
 
 // Messages name files and tensors with at most this many characters each, so

@@ -1,4 +1,6 @@
-// Growable buffers, UTF-8, and the GPT-2 byte <-> unicode map.
+// What every stage of the tokenizer shares (tok.h): growable buffers and piece
+// lists, UTF-8, the GPT-2 byte <-> unicode map, PCRE2 regexes and
+// tokenizer.json field readers. Uses nothing of the stages or the driver.
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,4 +133,203 @@ int tk_cp_byte(int32_t cp) {
     if (k <= 66) return 0x7F + (k - 33);
     if (k == 67) return 0xAD;
     return -1;
+}
+
+// ---- piece lists ------------------------------------------------------------------------
+
+void tk_pieces_clear(tk_pieces *p) {
+    p->n = 0;
+    p->buf.len = 0;
+}
+
+void tk_pieces_free(tk_pieces *p) {
+    free(p->buf.p);
+    free(p->off);
+    free(p->len);
+    free(p->first);
+    memset(p, 0, sizeof *p);
+}
+
+static mf_status pieces_grow(tk_pieces *p) {
+    if (p->n < p->cap) return MF_OK;
+    int64_t cap = p->cap ? p->cap * 2 : 64;
+    int64_t *off = tk_realloc(p->off, (size_t)cap * sizeof *off);
+    if (off) p->off = off;
+    int64_t *len = tk_realloc(p->len, (size_t)cap * sizeof *len);
+    if (len) p->len = len;
+    bool *first = tk_realloc(p->first, (size_t)cap * sizeof *first);
+    if (first) p->first = first;
+    if (!off || !len || !first) return mf_fail(MF_ERR_OOM, "tokenizer: out of memory for %lld pieces", (long long)cap);
+    p->cap = cap;
+    return MF_OK;
+}
+
+mf_status tk_pieces_start(tk_pieces *p, bool first) {
+    MF_TRY(pieces_grow(p));
+    MF_TRY(tk_buf_reserve(&p->buf, 0));
+    p->buf.p[p->buf.len] = '\0';
+    p->off[p->n] = p->buf.len;
+    p->len[p->n] = 0;
+    p->first[p->n] = first;
+    p->n++;
+    return MF_OK;
+}
+
+mf_status tk_pieces_add(tk_pieces *p, const char *s, int64_t n, bool first) {
+    if (n == 0) return MF_OK;
+    MF_TRY(pieces_grow(p));
+    p->off[p->n] = p->buf.len;
+    p->len[p->n] = n;
+    p->first[p->n] = first;
+    MF_TRY(tk_buf_put(&p->buf, s, n));
+    p->n++;
+    return MF_OK;
+}
+
+// ---- regexes ----------------------------------------------------------------------------------
+// Regexes run with UTF + UCP, so \s, \w, \p{L}, \p{N} are Unicode-aware as
+// in HF's Oniguruma, and with MATCH_INVALID_UTF so that text that is not
+// UTF-8 is matched around (invalid bytes never match and end up in the gaps).
+// HF's regexes run on Oniguruma, whose Unicode \s is the White_Space property
+// and \w is Letter | Mark | Decimal_Number | Connector_Punctuation. PCRE2's
+// UCP classes differ at the edges (its \s takes U+180E, its \w no marks), so
+// \s \S \w \W are spelled out; inside a [...] class \s and \w are (\S and
+// \W there stay PCRE2's own).
+#define WS_SET "\\t-\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define WORD_SET "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
+
+static mf_status rewrite_classes(const char *pat, int64_t len, tk_buf *out) {
+    bool in_class = false;
+    for (int64_t i = 0; i < len; i++) {
+        char c = pat[i];
+        if (c == '\\' && i + 1 < len) {
+            char e = pat[i + 1];
+            const char *set = e == 's' || e == 'S' ? WS_SET : e == 'w' || e == 'W' ? WORD_SET : NULL;
+            bool neg = e == 'S' || e == 'W';
+            if (e == 'Q') { // \Q...\E: copied as is
+                int64_t j = i + 2;
+                while (j + 1 < len && !(pat[j] == '\\' && pat[j + 1] == 'E')) j++;
+                j = j + 1 < len ? j + 2 : len;
+                MF_TRY(tk_buf_put(out, pat + i, j - i));
+                i = j - 1;
+            } else if (set && !in_class) {
+                MF_TRY(tk_buf_put(out, neg ? "[^" : "[", neg ? 2 : 1));
+                MF_TRY(tk_buf_put(out, set, (int64_t)strlen(set)));
+                MF_TRY(tk_buf_put(out, "]", 1));
+                i++;
+            } else if (set && !neg) {
+                MF_TRY(tk_buf_put(out, set, (int64_t)strlen(set)));
+                i++;
+            } else {
+                MF_TRY(tk_buf_put(out, pat + i, 2));
+                i++;
+            }
+            continue;
+        }
+        if (!in_class && c == '[') {
+            // A ']' right after "[" or "[^" is a literal member.
+            int64_t j = i + 1;
+            if (j < len && pat[j] == '^') j++;
+            if (j < len && pat[j] == ']') j++;
+            MF_TRY(tk_buf_put(out, pat + i, j - i));
+            i = j - 1;
+            in_class = true;
+            continue;
+        }
+        if (in_class && c == '[' && i + 1 < len && pat[i + 1] == ':') { // [:alpha:]
+            const char *end = strstr(pat + i + 2, ":]");
+            int64_t j = end && end - pat < len ? (int64_t)(end - pat) + 2 : i + 1;
+            MF_TRY(tk_buf_put(out, pat + i, j - i));
+            i = j - 1;
+            continue;
+        }
+        if (in_class && c == ']') in_class = false;
+        MF_TRY(tk_buf_put(out, &c, 1));
+    }
+    return MF_OK;
+}
+
+mf_status tk_regex_compile(const char *pat, int64_t len, bool literal, const char *what, pcre2_code **out) {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    *out = NULL;
+    uint32_t flags = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); // LITERAL refuses UCP
+    tk_buf rw = {0};
+    if (!literal) {
+        mf_status st = rewrite_classes(pat, len, &rw);
+        if (st != MF_OK) {
+            free(rw.p);
+            return st;
+        }
+    }
+    const char *p = literal ? pat : rw.p;
+    *out = pcre2_compile((PCRE2_SPTR)(p ? p : ""), (PCRE2_SIZE)(literal ? len : rw.len), flags, &err, &at, NULL);
+    free(rw.p);
+    if (!*out) {
+        if (err == PCRE2_ERROR_NOMEMORY) return mf_fail(MF_ERR_OOM, "tokenizer: out of memory compiling %s", what);
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        (void)at; // an offset into the rewritten pattern would mislead
+        return mf_fail(MF_ERR_FORMAT, "tokenizer: %s: regex /%.*s/ does not compile: %s", what,
+                       (int)(len < 200 ? len : 200), pat, (const char *)msg);
+    }
+    pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE); // optional: the interpreter runs when JIT is unavailable
+    return MF_OK;
+}
+
+bool tk_regex_next(const pcre2_code *re, pcre2_match_data *md, const char *s, int64_t n, int64_t start,
+                   int64_t *ms, int64_t *me, mf_status *st) {
+    *st = MF_OK;
+    while (start <= n) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)start, 0, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) return false;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            *st = mf_fail(rc == PCRE2_ERROR_NOMEMORY ? MF_ERR_OOM : MF_ERR_UNSUPPORTED,
+                          "tokenizer: regex match failed at byte %lld of a %lld-byte piece: %s", (long long)start,
+                          (long long)n, (const char *)msg);
+            return false;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (ov[1] > ov[0]) {
+            *ms = (int64_t)ov[0];
+            *me = (int64_t)ov[1];
+            return true;
+        }
+        // An empty match splits nothing: look again one character further on.
+        if ((int64_t)ov[0] >= n) return false;
+        start = (int64_t)ov[0] + tk_utf8_len((const unsigned char *)s + ov[0], n - (int64_t)ov[0]);
+    }
+    return false;
+}
+
+// ---- tokenizer.json fields ----------------------------------------------------------------------
+
+const char *tk_json_str(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+mf_status tk_json_bool(const cJSON *obj, const char *key, bool dflt, const char *what, bool *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = dflt;
+        return MF_OK;
+    }
+    if (!cJSON_IsBool(v)) return mf_fail(MF_ERR_FORMAT, "tokenizer: %s: \"%s\" must be true or false", what, key);
+    *out = cJSON_IsTrue(v);
+    return MF_OK;
+}
+
+// One UTF-8 character (Metaspace replacement, Strip content) into out[8].
+mf_status tk_parse_char(const cJSON *obj, const char *key, const char *dflt, const char *what, char out[8], int *len) {
+    const char *s = tk_json_str(obj, key);
+    if (!s) s = dflt;
+    int64_t n = (int64_t)strlen(s);
+    if (n == 0 || n > 4 || tk_utf8_len((const unsigned char *)s, n) != n)
+        return mf_fail(MF_ERR_FORMAT, "tokenizer: %s: \"%s\" must be one character, got \"%s\"", what, key, s);
+    memcpy(out, s, (size_t)n);
+    *len = (int)n;
+    return MF_OK;
 }

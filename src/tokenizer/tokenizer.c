@@ -3,31 +3,14 @@
 //   text -> split on added tokens (normalized=false, on the raw text)
 //        -> each gap: normalizers -> split on added tokens (normalized=true)
 //        -> each gap: pre-tokenizers -> pieces -> BPE -> ids
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/fileio.h"
 #include "tokenizer/tok.h"
-
-// ---- small JSON helpers ------------------------------------------------------------------------
-
-const char *tk_json_str(const cJSON *obj, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-mf_status tk_json_bool(const cJSON *obj, const char *key, bool dflt, const char *what, bool *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = dflt;
-        return MF_OK;
-    }
-    if (!cJSON_IsBool(v)) return mf_fail(MF_ERR_FORMAT, "tokenizer: %s: \"%s\" must be true or false", what, key);
-    *out = cJSON_IsTrue(v);
-    return MF_OK;
-}
 
 // A token id: a JSON integer in [0, INT32_MAX).
 static bool json_id(const cJSON *v, int32_t *id) {
@@ -38,55 +21,27 @@ static bool json_id(const cJSON *v, int32_t *id) {
     return true;
 }
 
-// Reads a whole file; MF_ERR_IO names the path. *data is NUL-terminated.
-static mf_status read_file(const char *path, char **data, size_t *size) {
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return mf_fail(MF_ERR_IO, "tokenizer: cannot open \"%s\": %s", path, strerror(errno));
-    mf_status st = MF_OK;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = mf_fail(MF_ERR_IO, "tokenizer: cannot get the size of \"%s\": %s", path, strerror(errno));
-    } else if (!(*data = mf_malloc((size_t)n + 1))) {
-        st = mf_fail(MF_ERR_OOM, "tokenizer: out of memory reading \"%s\" (%ld bytes)", path, n);
-    } else if (fread(*data, 1, (size_t)n, f) != (size_t)n) {
-        st = mf_fail(MF_ERR_IO, "tokenizer: cannot read \"%s\" (%ld bytes)", path, n);
-    } else {
-        (*data)[n] = '\0';
-        *size = (size_t)n;
-    }
-    fclose(f);
-    if (st != MF_OK) {
-        free(*data);
-        *data = NULL;
-    }
-    return st;
-}
+// The largest tokenizer.json read (Gemma 3's is 33 MB) and tokenizer_config.json
+// (chat templates; as the model loader reads it).
+#define TK_MAX_JSON_BYTES ((size_t)256 << 20)
+#define TK_MAX_CONFIG_BYTES ((size_t)64 << 20)
 
-// data[0..size) (need not be NUL-terminated) -> a JSON object; `name` names it in messages.
-static mf_status parse_json_buffer(const char *data, size_t size, const char *name, cJSON **out) {
+// data[0..size) (need not be NUL-terminated) -> a JSON object; the file `name`
+// and `what` it holds name it in messages.
+static mf_status parse_json(const char *data, size_t size, const char *name, const char *what, cJSON **out) {
+    MF_TRY(mf_json_parse(data, size, name, what, out));
+    if (cJSON_IsObject(*out)) return MF_OK;
+    cJSON_Delete(*out);
     *out = NULL;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(data, size, &end, false);
-    if (!root) {
-        long long at = end ? (long long)(end - data) : -1;
-        return mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\" is not valid JSON (error near byte %lld of %zu)", name, at, size);
-    }
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\": the top level is not a JSON object", name);
-    }
-    *out = root;
-    return MF_OK;
+    return mf_fail(MF_ERR_FORMAT, "tokenizer: \"%s\": the top level is not a JSON object", name);
 }
 
-static mf_status parse_json_file(const char *path, cJSON **out) {
+static mf_status parse_json_file(const char *path, size_t max_bytes, const char *what, cJSON **out) {
     char *data = NULL;
     size_t size = 0;
     *out = NULL;
-    MF_TRY(read_file(path, &data, &size));
-    mf_status st = parse_json_buffer(data, size, path, out);
+    MF_TRY(mf_file_read_all(path, max_bytes, &data, &size));
+    mf_status st = parse_json(data, size, path, what, out);
     free(data);
     return st;
 }
@@ -365,14 +320,12 @@ static mf_status load_config(mf_tokenizer *tok, const char *json_path) {
     if (!path) return mf_fail(MF_ERR_OOM, "tokenizer: out of memory");
     memcpy(path, json_path, dir_len);
     memcpy(path + dir_len, name, sizeof name);
-    FILE *f = fopen(path, "rb");
-    if (!f) { // optional
+    if (access(path, R_OK) != 0) { // optional
         free(path);
         return MF_OK;
     }
-    fclose(f);
     cJSON *cfg = NULL;
-    mf_status st = parse_json_file(path, &cfg);
+    mf_status st = parse_json_file(path, TK_MAX_CONFIG_BYTES, "tokenizer config", &cfg);
     if (st == MF_OK) st = config_token(tok, cfg, "bos_token", path, &tok->bos_id);
     if (st == MF_OK) st = config_token(tok, cfg, "eos_token", path, &tok->eos_id);
     if (st == MF_OK) st = tk_json_bool(cfg, "add_bos_token", false, "tokenizer_config.json", &tok->add_bos_default);
@@ -422,7 +375,7 @@ mf_status mf_tokenizer_load_buffer(const char *json, size_t size, const char *na
     if (!json && size > 0) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load_buffer: json is NULL with size %zu", size);
     if (!name) name = "tokenizer.json";
     cJSON *root = NULL;
-    MF_TRY(parse_json_buffer(json ? json : "", size, name, &root));
+    MF_TRY(parse_json(json, size, name, "tokenizer", &root));
     mf_tokenizer *tok = mf_calloc(1, sizeof *tok);
     if (!tok) {
         cJSON_Delete(root);
@@ -445,7 +398,7 @@ mf_status mf_tokenizer_load(const char *path, mf_tokenizer **out) {
     if (!path) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load: path is NULL");
     char *data = NULL;
     size_t size = 0;
-    MF_TRY(read_file(path, &data, &size));
+    MF_TRY(mf_file_read_all(path, TK_MAX_JSON_BYTES, &data, &size));
     mf_tokenizer *tok = NULL;
     mf_status st = mf_tokenizer_load_buffer(data, size, path, &tok);
     free(data);
@@ -462,12 +415,8 @@ mf_status mf_tokenizer_load_dir(const char *dir, mf_tokenizer **out) {
     if (!out) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load_dir: out is NULL");
     *out = NULL;
     if (!dir) return mf_fail(MF_ERR_INVALID_ARG, "tokenizer_load_dir: dir is NULL");
-    static const char name[] = "/tokenizer.json";
-    size_t n = strlen(dir);
-    char *path = mf_malloc(n + sizeof name);
+    char *path = mf_path_join(dir, "tokenizer.json");
     if (!path) return mf_fail(MF_ERR_OOM, "tokenizer_load_dir: out of memory");
-    memcpy(path, dir, n);
-    memcpy(path + n, name, sizeof name);
     mf_status st = mf_tokenizer_load(path, out);
     free(path);
     return st;

@@ -1,7 +1,8 @@
-// Internal: reading small text files (config.json, index.json) whole, and
-// strict JSON parsing for every file minfer reads.
-#ifndef MF_MODEL_FILEIO_H
-#define MF_MODEL_FILEIO_H
+// Internal: reading text files whole (config.json, index.json,
+// tokenizer.json) under a size limit per kind of file, and strict JSON
+// parsing for every file minfer reads.
+#ifndef MF_CORE_FILEIO_H
+#define MF_CORE_FILEIO_H
 
 #include <stddef.h>
 #include "minfer/status.h"
@@ -31,4 +32,4 @@ char *mf_path_join(const char *dir, const char *name);
 #ifdef __cplusplus
 }
 #endif
-#endif // MF_MODEL_FILEIO_H
+#endif // MF_CORE_FILEIO_H

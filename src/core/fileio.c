@@ -10,7 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/fileio.h"
+#include "core/fileio.h"
 
 mf_status mf_file_read_all(const char *path, size_t max_bytes, char **out, size_t *len) {
     if (!path || !out || !len) return mf_fail(MF_ERR_INVALID_ARG, "read file: NULL argument");
