@@ -129,6 +129,13 @@ static void admit(loop *L, mf_job *j) {
         mf_job_unref(j);
         return;
     }
+    pthread_mutex_lock(&j->mu);
+    bool gone = j->gone;
+    pthread_mutex_unlock(&j->mu);
+    if (gone) { // the client left while it was queued
+        fail_job(L, j, 499, "client_closed_request", "the client closed the connection");
+        return;
+    }
     if (atomic_load(&s->state) != MF_SRV_READY) {
         fail_job(L, j, 503, "service_unavailable", "the server is shutting down");
         return;
@@ -277,7 +284,7 @@ static void step(loop *L) {
     }
     pthread_mutex_unlock(&m->mu);
     // Requests whose sequences all finished are released now, after the
-    // events (a release invalidates their pointers); the rest are woken.
+    // events (a release invalidates their pointers); streams are woken.
     // Backwards: finish_request may drop a job, moving the last one here.
     for (int32_t i = L->n_live - 1; i >= 0; i--) {
         mf_job *j = L->live[i];
@@ -286,7 +293,7 @@ static void step(loop *L) {
         bool dropped = false;
         for (int32_t p = 0; p < j->n_prompts && !dropped; p++)
             if (j->eng_live[p] && j->eng_finished[p] >= j->req.n) dropped = finish_request(L, j, p);
-        if (dropped) continue;
+        if (dropped || !j->req.stream) continue; // a non-streamed answer waits for DONE
         pthread_mutex_lock(&j->mu);
         mf_job_wake_locked(j);
         pthread_mutex_unlock(&j->mu);
