@@ -10,7 +10,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "engine/chat.h"
-#include "model/fileio.h"
+#include "core/fileio.h"
 #include "model/model_internal.h"
 
 // Index = mf_chat_kind.
