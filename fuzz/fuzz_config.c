@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "model/config.h"
+#include "model/arch/arch.h"
 
 #define REQUIRE(c) \
     do {           \

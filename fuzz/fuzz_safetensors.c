@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 #define REQUIRE(c) \
     do {           \

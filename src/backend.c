@@ -79,3 +79,15 @@ mf_status mf_backend_set_stream(mf_backend *be, void *stream) {
     if (!be) return mf_fail(MF_ERR_INVALID_ARG, "backend_set_stream: backend is NULL");
     return be->set_stream(be, stream);
 }
+
+// The dispatch of every op (backend.h): be's entry inside the op's brackets.
+#define MF_OP_DISPATCH_DEF(entry, args_t, op)                                                            \
+    mf_status mf_dispatch_##entry(mf_backend *be, const args_t *args) {                                  \
+        if (!be->entry) return mf_fail(MF_ERR_UNSUPPORTED, op ": not implemented on the %s backend", be->name); \
+        mf_op_begin(be, op);                                                                             \
+        const mf_status st = be->entry(be, args);                                                        \
+        mf_op_end(be, op);                                                                               \
+        return st;                                                                                       \
+    }
+MF_OPS(MF_OP_DISPATCH_DEF)
+MF_OPS_OPTIONAL(MF_OP_DISPATCH_DEF)

@@ -46,7 +46,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "ops/attention_cuda.h"
+#include "cuda/cuda_query.h"
 
 typedef enum { AM_FIXED = 0, AM_PACKED = 1, AM_CACHE = 2, AM_PAGED = 3 } at_mode;
 static const char *const mode_names[] = {"fixed", "packed", "cache", "paged"};

@@ -28,7 +28,7 @@
 //     fails).
 //   - g' = 1.2 bounds |d gelu/dx| (max 1.13), so errors before the GELU grow
 //     at most that much; 8 eps_f32 |pre| covers the f32 GELU of the CPU and
-//     of the CUDA epilogue kernel (mf_act's x sigmoid(2u), src/ops/act_math.h).
+//     of the CUDA epilogue kernel (mf_act's x sigmoid(2u), src/kernels/act_math.h).
 //   - cuBLASLt documents no accuracy for its GELU epilogue. If it evaluates
 //     tanh with tanh.approx.f32 (PTX ISA: relative error <= 2^-10.987, so
 //     absolute <= 2^-10.98 on a value in [-1, 1]), gelu = x/2 (1 + tanh) is
@@ -46,7 +46,7 @@
 
 #include "harness.h"
 #ifdef MF_HAVE_CUDA
-#include "ops/gemm_plan.h"
+#include "cuda/cuda_query.h"
 #endif
 
 typedef enum { BC_NONE, BC_A1, BC_B1, BC_B0 } gemm_bcast; // a batch 1, b batch 1, b batch stride 0

@@ -26,7 +26,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "ops/moe_loop.h"
+#include "cuda/cuda_query.h"
+#include "ops/moe.h"
 
 static const double kU32 = 0x1.0p-24;
 static const char *const score_names[] = {"softmax", "sigmoid"};

@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "ops/softmax_geom.h"
+#include "cuda/cuda_query.h"
 
 enum { M_CAUSAL = 1, M_KL = 2, M_BIAS = 4 };
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "minfer/minfer.h"
-#include "model/model_internal.h"
+#include "model/load/model.h"
 
 int main(int argc, char **argv) {
     if (argc != 4) {

@@ -38,8 +38,7 @@
 
 #include "minfer/minfer.h"
 #include "minfer/model.h"
-#include "model/session.h"
-#include "ops/moe_loop.h"
+#include "runtime/session.h"
 #ifdef MF_HAVE_CUDA
 #include <cuda_runtime_api.h> // cudaMemGetInfo: device memory steadiness (test_cuda_memory)
 #endif
@@ -267,11 +266,11 @@ static void ref_norm(const mf_dec_spec *sp, const double *x, int64_t T, const mf
     }
 }
 
-static double ref_act(mf_dec_act a, double x) {
+static double ref_act(mf_act_kind a, double x) {
     switch (a) {
-    case MF_DEC_ACT_SILU: return x / (1.0 + exp(-x));
-    case MF_DEC_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case MF_DEC_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case MF_ACT_SILU: return x / (1.0 + exp(-x));
+    case MF_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case MF_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     }
     return x;
 }
@@ -337,7 +336,7 @@ static void ref_expert(const mf_dec_spec *sp, const mf_tensor *w1, const mf_tens
             g += x[k] * (e < 0 ? wat(w1, i, k) : w3at(w1, e, i, k));
             if (sp->gated_mlp) u += x[k] * (e < 0 ? wat(w1, F + i, k) : w3at(w1, e, F + i, k));
         }
-        a[i] = sp->gated_mlp ? ref_act(MF_DEC_ACT_SILU, g) * u : ref_act(MF_DEC_ACT_GELU_TANH, g);
+        a[i] = sp->gated_mlp ? ref_act(MF_ACT_SILU, g) * u : ref_act(MF_ACT_GELU_TANH, g);
     }
     for (int64_t h = 0; h < H; h++) {
         double acc = 0;
@@ -793,15 +792,15 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
         }
         // the same prefill split in steps of 5 rows (a sequence straddles steps)
         // and query blocks of 3 (smaller than created: always safe)
-        const int64_t T0 = s->step_tokens, Q0 = s->q_block;
-        s->step_tokens = 5, s->q_block = 3;
+        const int64_t T0 = s->dims.step_tokens, Q0 = s->dims.q_block;
+        s->dims.step_tokens = 5, s->dims.q_block = 3;
         mf_session_reset(s, 3);
         snprintf(sub, sizeof sub, "%s kv_cache split", name);
         if (ok && check_ok(sub, fwd1(s, 3, f.prompt, N, MF_LOGITS_ALL, c))) {
             const double e = row_rel_err(c, NULL, a, N, V);
             report(e <= 1e-5, sub, "steps of 5 rows, query blocks of 3: max row rel err %.2e (tol 1e-5)", e);
         }
-        s->step_tokens = T0, s->q_block = Q0;
+        s->dims.step_tokens = T0, s->dims.q_block = Q0;
         free(a), free(c);
     }
 done:
@@ -1405,10 +1404,10 @@ static void test_memory_plan(mf_backend *cpu) {
     mf_session_plan pm;
     if (check_ok(mname, mf_model_synthetic("tiny-moe-postnorm", 1, cpu, &of, &mm)) &&
         check_ok(mname, mf_session_plan_memory(mm, 2, 64, &pm)) && check_ok(mname, mf_session_create(mm, 2, 64, &s)))
-        report(s->moe_ws_bytes > 0 && pm.kv_bytes + pm.scratch_bytes >= mf_session_bytes(s) &&
+        report(s->dev.moe_ws_bytes > 0 && pm.kv_bytes + pm.scratch_bytes >= mf_session_bytes(s) &&
                    pm.kv_bytes + pm.scratch_bytes - mf_session_bytes(s) < 256, // the arena's last tensor is not padded
                mname, "plan %lld + %lld bytes, session %lld (MoE workspace %zu)", (long long)pm.kv_bytes,
-               (long long)pm.scratch_bytes, (long long)mf_session_bytes(s), s->moe_ws_bytes);
+               (long long)pm.scratch_bytes, (long long)mf_session_bytes(s), s->dev.moe_ws_bytes);
     mf_session_free(s);
     mf_model_free(mm);
 }
@@ -1455,8 +1454,8 @@ static void test_cuda_graphs(const char *fx, const char *attn) {
     // Steps a graph may record: every size for a dense model; for MoE the
     // largest batch whose routed rows fit the decode path.
     const int32_t rec_max = moe ? MF_MOE_DECODE_MAX_ROWS / m->spec.top_k : B;
-    if (moe && sg->moe_graph_rows != (rec_max < B ? rec_max : B)) {
-        report(false, name, "moe_graph_rows %d, want %d (top_k %d)", sg->moe_graph_rows, rec_max < B ? rec_max : B,
+    if (moe && sg->graphs.moe_rows != (rec_max < B ? rec_max : B)) {
+        report(false, name, "moe_graph_rows %d, want %d (top_k %d)", sg->graphs.moe_rows, rec_max < B ? rec_max : B,
                m->spec.top_k);
         goto out;
     }

@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "minfer/minfer.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "model/arch/arch.h"
+#include "model/load/safetensors.h"
 
 static int n_pass, n_fail;
 static const char *fixdir;

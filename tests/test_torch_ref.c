@@ -43,7 +43,7 @@
 #include <cjson/cJSON.h>
 
 #include "minfer/minfer.h"
-#include "model/model_internal.h"
+#include "model/load/model.h"
 
 static int n_pass, n_fail, n_skip;
 

@@ -20,7 +20,7 @@
 
 #include "bench.h"
 #include "core/error.h"
-#include "ops/attention_cuda.h"
+#include "cuda/cuda_query.h"
 
 typedef mf_bench_attention_opts at_opts; // parsed by mf_bench_parse with the options below
 

@@ -12,7 +12,7 @@
 #include "bench.h"
 #include "cli.h"
 #ifdef MF_HAVE_CUDA
-#include "ops/gemm_plan.h"
+#include "cuda/cuda_query.h"
 #endif
 
 enum { kBurst = 32 };

@@ -21,7 +21,7 @@
 #include "core/error.h"
 #include "minfer/minfer.h"
 #ifdef MF_HAVE_CUDA
-#include "ops/gemm_plan.h"
+#include "cuda/cuda_query.h"
 #endif
 
 typedef struct {

@@ -33,7 +33,7 @@
 #include "bench.h"
 #include "core/error.h"
 #ifdef MF_HAVE_CUDA
-#include "ops/moe_loop.h"
+#include "cuda/cuda_query.h"
 #endif
 
 typedef mf_bench_moe_opts moe_opts; // parsed by mf_bench_parse with the options below

@@ -12,7 +12,7 @@
 
 #include "bench.h"
 #include "core/error.h"
-#include "ops/softmax_geom.h"
+#include "cuda/cuda_query.h"
 #ifdef MF_HAVE_CUDA
 #include <cuda_runtime_api.h>
 

@@ -1,11 +1,11 @@
-// CPU activations (mf_act): y = act(x) (* up), f32 math with src/ops/act_math.h's
+// CPU activations (mf_act): y = act(x) (* up), f32 math with src/kernels/act_math.h's
 // formulas (silu and tanh GELU through the vectorising exp of
 // src/cpu/vmath.h, erf GELU through libm's erfcf). One row per OpenMP
 // iteration, in blocks of kBlk columns converted to f32; a block is read
 // before it is written, so y may be x's or up's view.
 #include "cpu/cpu.h"
 #include "cpu/vmath.h"
-#include "ops/act_math.h"
+#include "kernels/act_math.h"
 
 enum { kBlk = 256 };
 

@@ -59,21 +59,9 @@ mf_status mf_backend_cpu_create(mf_backend **out) {
     be->memset = cpu_memset;
     be->sync = cpu_sync;
     be->set_stream = cpu_set_stream;
-    be->gemm = mf_cpu_gemm;
-    be->add_norm = mf_cpu_add_norm;
-    be->embed = mf_cpu_embed;
-    be->add = mf_cpu_add;
-    be->softmax = mf_cpu_softmax;
-    be->rope = mf_cpu_rope;
-    be->act = mf_cpu_act;
-    be->copy_tensor = mf_cpu_copy;
-    be->argmax = mf_cpu_argmax;
-    be->topk = mf_cpu_topk;
-    be->moe_router = mf_cpu_moe_router;
-    be->moe_permute = mf_cpu_moe_permute;
-    be->moe_combine = mf_cpu_moe_combine; // moe_experts NULL: src/ops/moe.c loops over mf_gemm
-    be->attention = mf_cpu_attention; // attention_workspace stays NULL: no split-KV scratch on the CPU
-    be->kv_write = mf_cpu_kv_write;
+#define MF_CPU_WIRE(entry, args_t, name) be->entry = mf_cpu_##entry;
+    MF_OPS(MF_CPU_WIRE) // moe_experts NULL: src/ops/moe.c loops over mf_gemm; no graphs, no attention workspace
+#undef MF_CPU_WIRE
     *out = be;
     return MF_OK;
 }

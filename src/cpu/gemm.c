@@ -12,7 +12,7 @@
 #include "cpu/cpu.h"
 #include "cpu/skinny.h"
 #include "cpu/vmath.h"
-#include "ops/check.h"
+#include "kernels/mat_layout.h"
 
 // ---- skinny GEMM: m <= 8 rows of a (decode steps) ------------------------------------
 // OpenBLAS's sgemm packs b on every call: at m = 2..8 it streamed a weight at
@@ -177,19 +177,6 @@ static void sk_order_rows(float *a, int64_t m, int64_t k) {
             for (int64_t e = 0; e < 16; e++) t[v8_pos(e)] = a[r * k + i + e];
             memcpy(a + r * k + i, t, sizeof t);
         }
-}
-
-// n contiguous f16/bf16/f32 values at src as f32 (exact), 8 lanes at a time
-// (declared in cpu.h: mf_cpu_to_f32 widens with it too).
-MF_CPU_HOT void mf_cpu_widen(float *dst, const char *src, mf_dtype dt, int64_t n) {
-    const int64_t es = (int64_t)mf_dtype_size(dt);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f v;
-        v8_load8(&v, src + i * es, dt);
-        memcpy(dst + i, &v, 32);
-    }
-    for (; i < n; i++) dst[i] = v8_load1(src, dt, i);
 }
 
 // Lines [l0, l1) of matrix `bt` of view t, elements [c0, c0 + len) of each,

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "cpu/cpu.h"
-#include "ops/act_math.h"
+#include "kernels/act_math.h"
 
 // Selection order: a ranks above b (NaN below -inf; equal values: lower index,
 // which the caller gets by scanning in index order with a strict compare).

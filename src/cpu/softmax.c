@@ -17,7 +17,7 @@
 #include "core/alloc.h"
 #include "cpu/cpu.h"
 #include "cpu/vmath.h"
-#include "ops/softmax_geom.h"
+#include "kernels/softmax_geom.h"
 
 // kBlk: columns per block (the f32 scratch, 2 KB, stays in L1). kRowMax:
 // the longest row kept whole (1 MB of f32 per thread; the op is compute-bound

@@ -64,7 +64,7 @@ static inline float mf_exp_nonpos(float x) {
 }
 
 // sigmoid(v) = 1 / (1 + e) for v >= 0, e / (1 + e) for v < 0, e = exp(-|v|):
-// src/ops/act_math.h's formula (never overflows) with the exp above.
+// src/kernels/act_math.h's formula (never overflows) with the exp above.
 // The sign tests are on the bits (v = -0 gives e = 1 either way).
 static inline float mf_sigmoid_v(float v) {
     const uint32_t b = mf_fbits(v);
@@ -95,7 +95,7 @@ static inline float mf_row_sum(const float *u, int64_t n) {
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-// silu and tanh GELU with src/ops/act_math.h's formulas (gelu_tanh(x) =
+// silu and tanh GELU with src/kernels/act_math.h's formulas (gelu_tanh(x) =
 // x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)).
 static inline float mf_silu_v(float x) { return x * mf_sigmoid_v(x); }
 static inline float mf_gelu_tanh_v(float x) {

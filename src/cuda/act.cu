@@ -1,5 +1,5 @@
 // Activations (mf_act) on CUDA: y = act(x) (* up), f32 math with the formulas
-// of src/ops/act_math.h (shared with the CPU backend: robust sigmoid, erfc
+// of src/kernels/act_math.h (shared with the CPU backend: robust sigmoid, erfc
 // form of the erf GELU, precise expf / erfcf).
 //
 // Grid-stride over 8-element chunks of the rows: one 16-byte access per chunk
@@ -9,7 +9,7 @@
 // free). Each element is read, then written, by the same thread, so y may be
 // x's or up's view.
 #include "cuda/common.cuh"
-#include "ops/act_math.h"
+#include "kernels/act_math.h"
 
 namespace {
 

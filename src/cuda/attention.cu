@@ -17,7 +17,7 @@
 #include <cstring>
 
 #include "cuda/attention.cuh"
-#include "ops/attention_cuda.h"
+#include "cuda/cuda_query.h"
 
 namespace {
 

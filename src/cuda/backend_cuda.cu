@@ -329,28 +329,16 @@ extern "C" mf_status mf_backend_cuda_create(mf_backend **out) {
     be->memset = cuda_memset;
     be->sync = cuda_sync;
     be->set_stream = cuda_set_stream;
-    be->gemm = mf_cuda_gemm;
-    be->add_norm = mf_cuda_add_norm;
-    be->embed = mf_cuda_embed;
-    be->add = mf_cuda_add;
-    be->softmax = mf_cuda_softmax;
-    be->rope = mf_cuda_rope;
-    be->act = mf_cuda_act;
-    be->copy_tensor = mf_cuda_copy;
+#define MF_CUDA_WIRE(entry, args_t, name) be->entry = mf_cuda_##entry;
+    MF_OPS(MF_CUDA_WIRE)
+    MF_OPS_OPTIONAL(MF_CUDA_WIRE) // moe_experts: decode kernels (<= MF_MOE_DECODE_MAX_ROWS rows), else it declines
+#undef MF_CUDA_WIRE
+    be->attention_workspace = mf_cuda_attention_workspace;
+    be->moe_experts_capturable = mf_cuda_moe_experts_capturable;
     be->graph_begin = mf_cuda_graph_begin;
     be->graph_end = mf_cuda_graph_end;
     be->graph_launch = mf_cuda_graph_launch;
     be->graph_free = mf_cuda_graph_free;
-    be->argmax = mf_cuda_argmax;
-    be->topk = mf_cuda_topk;
-    be->moe_router = mf_cuda_moe_router;
-    be->moe_permute = mf_cuda_moe_permute;
-    be->moe_combine = mf_cuda_moe_combine;
-    be->moe_experts = mf_cuda_moe_experts; // decode kernels (<= MF_MOE_DECODE_MAX_ROWS rows), else the cuBLASLt loop
-    be->moe_experts_capturable = mf_cuda_moe_experts_capturable;
-    be->attention = mf_cuda_attention;
-    be->attention_workspace = mf_cuda_attention_workspace;
-    be->kv_write = mf_cuda_kv_write;
     *out = be;
     return MF_OK;
 }

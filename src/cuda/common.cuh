@@ -105,31 +105,21 @@ static inline bool mf_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 
 // ---- op entries (arguments already validated by src/ops/) ----------------------------
 
 extern "C" {
-mf_status mf_cuda_gemm(mf_backend *be, const mf_gemm_args *args);       // gemm.cu
-mf_status mf_cuda_add_norm(mf_backend *be, const mf_norm_args *args);   // norm.cu
-mf_status mf_cuda_embed(mf_backend *be, const mf_embed_args *args);     // embed.cu
-mf_status mf_cuda_add(mf_backend *be, const mf_add_args *args);         // add.cu
-mf_status mf_cuda_softmax(mf_backend *be, const mf_softmax_args *args); // softmax.cu
-mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *args);       // rope.cu
-mf_status mf_cuda_act(mf_backend *be, const mf_act_args *args);         // act.cu
-mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *args);       // copy.cu
+// src/op_list.h's every op (MF_OPS and MF_OPS_OPTIONAL), each in its op
+// family's file: <op>.cu (add_norm: norm.cu, copy_tensor: copy.cu, moe_*: moe.cu)
+#define MF_CUDA_OP(entry, args_t, name) mf_status mf_cuda_##entry(mf_backend *be, const args_t *args);
+MF_OPS(MF_CUDA_OP)
+MF_OPS_OPTIONAL(MF_CUDA_OP)
+#undef MF_CUDA_OP
+mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes); // attention.cu
+bool mf_cuda_moe_experts_capturable(mf_backend *be, const mf_moe_experts_args *args);               // moe.cu
 mf_status mf_cuda_graph_begin(mf_backend *be);                         // graph.cu
 mf_status mf_cuda_graph_end(mf_backend *be, void **graph);
 mf_status mf_cuda_graph_launch(mf_backend *be, void *graph);
 void mf_cuda_graph_free(mf_backend *be, void *graph);
 void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
 void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
-mf_status mf_cuda_argmax(mf_backend *be, const mf_argmax_args *args);   // argmax.cu
-mf_status mf_cuda_topk(mf_backend *be, const mf_topk_args *args);       // topk.cu
-mf_status mf_cuda_moe_router(mf_backend *be, const mf_moe_router_args *args);   // moe.cu
-mf_status mf_cuda_moe_permute(mf_backend *be, const mf_moe_permute_args *args); // moe.cu
-mf_status mf_cuda_moe_combine(mf_backend *be, const mf_moe_combine_args *args); // moe.cu
-mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
-bool mf_cuda_moe_experts_capturable(mf_backend *be, const mf_moe_experts_args *args); // moe.cu
-void mf_cuda_moe_release(mf_cuda_ctx *c); // moe.cu: frees c->cublas
-mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *args); // attention.cu
-mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes);
-mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *args); // kv_write.cu
+void mf_cuda_moe_release(mf_cuda_ctx *c);       // moe.cu: frees c->cublas
 }
 
 // ---- device helpers -------------------------------------------------------------------

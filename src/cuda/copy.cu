@@ -1,6 +1,6 @@
 // Strided copy / cast (mf_copy) on CUDA, over the collapsed geometry of
-// src/ops/copy_geom.h (size-1 dims dropped, dims contiguous with each other
-// in both views merged). Three paths, picked in mf_cuda_copy:
+// src/kernels/copy_geom.h (size-1 dims dropped, dims contiguous with each other
+// in both views merged). Three paths, picked in mf_cuda_copy_tensor:
 //   memcpy   same dtype and one contiguous block on both sides: cudaMemcpyAsync.
 //   rows     unit stride along the innermost dim on both sides (KV-cache
 //            writes, padded rows, permutations that keep head_dim innermost):
@@ -18,7 +18,7 @@
 // Otherwise f32/f16/bf16 go through f32 (exact) and are stored with
 // round-to-nearest-even.
 #include "cuda/common.cuh"
-#include "ops/copy_geom.h"
+#include "kernels/copy_geom.h"
 
 namespace {
 
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kCopyThreads) copy_strided_kernel(CopyParams p
 
 } // namespace
 
-extern "C" mf_status mf_cuda_copy(mf_backend *be, const mf_copy_args *a) {
+extern "C" mf_status mf_cuda_copy_tensor(mf_backend *be, const mf_copy_args *a) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
     mf_copy_geom g;
     mf_copy_geom_of(a, &g);

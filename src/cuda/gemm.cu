@@ -50,8 +50,8 @@
 #include "core/alloc.h"
 #include "cuda/common.cuh"
 #include "cuda/gemv.cuh"
-#include "ops/check.h"
-#include "ops/gemm_plan.h"
+#include "kernels/mat_layout.h"
+#include "cuda/cuda_query.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #define MF_CUDA_GEMV_CUH
 
 #include "cuda/common.cuh"
-#include "ops/act_math.h"
+#include "kernels/act_math.h"
 
 // tanh-approximate GELU in f32 (GPT-2's gelu_new) with mf_act's formula,
 // x sigmoid(2u), as the CPU computes it; shared by the GEMM epilogue kernel

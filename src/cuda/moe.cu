@@ -26,8 +26,9 @@
 
 #include "cuda/common.cuh"
 #include "cuda/moe_gemm.cuh"
-#include "ops/act_math.h"
-#include "ops/moe_loop.h"
+#include "kernels/act_math.h"
+#include "kernels/moe_offsets.h"
+#include "cuda/cuda_query.h"
 
 namespace {
 
@@ -640,11 +641,7 @@ mf_status decode_launch(mf_cuda_ctx *c, const DecodeParams &p, int slots) {
 // The two launches: h[:, :I] = act(xs . W1_e^T) (SwiGLU's gate product fused),
 // then y = h[:, :I] . W2_e^T, each expert's rows found on the device.
 mf_status decode_run(mf_backend *be, const mf_moe_experts_args *a) {
-    mf_cuda_ctx *c = mf_cuda_ctx_of(be);
-    if (a->host_offsets) { // given: check them (no sync); otherwise the kernels clamp
-        const int32_t *o = nullptr;
-        MF_TRY(mf_moe_host_offsets(be, a, nullptr, &o));
-    }
+    mf_cuda_ctx *c = mf_cuda_ctx_of(be); // host_offsets, when given, were checked at dispatch; the kernels clamp
     const int64_t N = a->x.shape[0], H = a->x.shape[1], E = a->w1.shape[0], rows1 = a->h.shape[1];
     const bool glu = a->ffn == MF_MOE_FFN_SWIGLU;
     const int64_t I = glu ? rows1 / 2 : rows1;
@@ -757,27 +754,26 @@ extern "C" void mf_cuda_moe_release(mf_cuda_ctx *c) {
     if (c) c->cublas = nullptr;
 }
 
-// The expert FFNs: the decode kernels when they fit (no read-back), else the
-// per-expert cuBLASLt loop; our sm_90a grouped GEMMs or cuBLAS's grouped GEMM
-// when MINFER_MOE_GEMM asks.
+// Declines (MF_ERR_UNSUPPORTED): src/ops/moe.c then runs its generic
+// per-expert loop of mf_gemm / mf_act (cuBLASLt), the offsets read back.
+static mf_status decline(mf_cuda_ctx *c, const char *why) {
+    c->moe_path = "loop";
+    return mf_fail(MF_ERR_UNSUPPORTED, "moe_experts: %s (the generic expert loop runs them)", why);
+}
+
+// The expert FFNs: the decode kernels when they fit (no read-back), else a
+// decline (the per-expert loop of src/ops/moe.c); our sm_90a grouped GEMMs or
+// cuBLAS's grouped GEMM when MINFER_MOE_GEMM asks.
 extern "C" mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_args *p) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
     const char *path = experts_path(c, p);
     c->moe_path = path;
     if (strcmp(path, "decode") == 0) return decode_run(be, p);
-    if (strcmp(path, "loop") == 0) return mf_moe_experts_loop(be, p);
-    if (strcmp(path, "wgmma") == 0) {
-        if (p->host_offsets) { // given: check them (no sync); otherwise the kernels clamp
-            const int32_t *o = nullptr;
-            MF_TRY(mf_moe_host_offsets(be, p, nullptr, &o));
-        }
-        return mf_moe_sm90_run(c, p);
-    }
+    if (strcmp(path, "loop") == 0) return decline(c, "no device path for these rows and shapes");
+    if (strcmp(path, "wgmma") == 0) return mf_moe_sm90_run(c, p); // host_offsets were checked at dispatch
     // Pointer arrays live at the start of the cuBLASLt workspace: stream-ordered
     // between GEMMs, so no Lt call is using it meanwhile.
-    if (c->workspace_bytes < 3 * 256 * sizeof(void *))
-        return mf_fail(MF_ERR_UNSUPPORTED, "moe_experts: grouped GEMM needs %zu bytes of cuBLAS workspace, have %zu",
-                       3 * 256 * sizeof(void *), c->workspace_bytes);
+    if (c->workspace_bytes < 3 * 256 * sizeof(void *)) return decline(c, "the grouped GEMM's pointer arrays do not fit");
     if (!c->cublas) {
         cublasHandle_t h = nullptr;
         MF_CUBLAS_V2_TRY(cublasCreate(&h));
@@ -785,10 +781,14 @@ extern "C" mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_ar
     }
     cublasHandle_t h = static_cast<cublasHandle_t>(c->cublas);
     MF_CUBLAS_V2_TRY(cublasSetStream(h, c->stream));
-    int32_t buf[257];
-    const int32_t *o = nullptr;
-    MF_TRY(mf_moe_host_offsets(be, p, buf, &o));
     const int E = (int)p->w1.shape[0];
+    int32_t buf[257];
+    const int32_t *o = p->host_offsets;
+    if (!o) { // one read-back sizes the grouped GEMM
+        MF_TRY(be->copy(be, buf, p->offsets.data, (size_t)(E + 1) * sizeof(int32_t), MF_COPY_D2H));
+        MF_TRY(mf_moe_offsets_check(buf, E, p->x.shape[0]));
+        o = buf;
+    }
     const int64_t H = p->x.shape[1], rows1 = p->h.shape[1];
     const bool glu = p->ffn == MF_MOE_FFN_SWIGLU;
     const int64_t I = glu ? rows1 / 2 : rows1;
@@ -813,7 +813,7 @@ extern "C" mf_status mf_cuda_moe_experts(mf_backend *be, const mf_moe_experts_ar
     const int64_t lim = INT_MAX;
     if (p->x.stride[0] > lim || p->h.stride[0] > lim || p->y.stride[0] > lim || p->w1.stride[1] > lim ||
         p->w2.stride[1] > lim || rows1 > lim || H > lim)
-        return mf_fail(MF_ERR_UNSUPPORTED, "moe_experts: grouped GEMM takes 32-bit sizes and strides");
+        return decline(c, "the grouped GEMM takes 32-bit sizes and strides");
     void **ptrs = static_cast<void **>(c->workspace);
     MF_TRY(grouped_gemm(c, G, rows, xa, (int)p->x.stride[0], w1, (int)p->w1.stride[1], hc, (int)p->h.stride[0],
                         (int)rows1, (int)H, type, ptrs));

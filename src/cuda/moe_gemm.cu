@@ -44,7 +44,7 @@
 
 #include "cuda/moe_gemm.cuh"
 #include "cuda/sm90.cuh"
-#include "ops/act_math.h"
+#include "kernels/act_math.h"
 
 namespace {
 

@@ -47,7 +47,8 @@
 
 #include "core/alloc.h"
 #include "cuda/common.cuh"
-#include "ops/softmax_geom.h"
+#include "cuda/cuda_query.h"
+#include "kernels/softmax_geom.h"
 
 namespace cg = cooperative_groups;
 

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "engine/chat.h"
 #include "core/fileio.h"
-#include "model/model_internal.h"
+#include "model/load/model.h"
 
 // Index = mf_chat_kind.
 static const char *const kind_names[MF_CHAT_KIND_COUNT] = {

@@ -35,6 +35,5 @@ mf_status mf_act(mf_backend *be, const mf_act_args *p) {
         MF_TRY(mf_check_apart(&p->y, p->up, op, "y", "up"));
     }
     if (rows == 0 || n == 0) return MF_OK;
-    if (!be->act) return mf_fail(MF_ERR_UNSUPPORTED, "act: not implemented on the %s backend", be->name);
-    return be->act(be, p);
+    return mf_dispatch_act(be, p);
 }

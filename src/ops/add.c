@@ -33,6 +33,5 @@ mf_status mf_add(mf_backend *be, const mf_add_args *p) {
         }
     }
     if (n == 0) return MF_OK;
-    if (!be->add) return mf_fail(MF_ERR_UNSUPPORTED, "add: not implemented on the %s backend", be->name);
-    return be->add(be, p);
+    return mf_dispatch_add(be, p);
 }

@@ -36,6 +36,5 @@ mf_status mf_argmax(mf_backend *be, const mf_argmax_args *p) {
     MF_TRY(mf_check_disjoint(&p->vals, &p->x, op, "vals", "x"));
     MF_TRY(mf_check_disjoint(&p->ids, &p->vals, op, "ids", "vals"));
     if (rows == 0) return MF_OK;
-    if (!be->argmax) return mf_fail(MF_ERR_UNSUPPORTED, "argmax: not implemented on the %s backend", be->name);
-    return be->argmax(be, p);
+    return mf_dispatch_argmax(be, p);
 }

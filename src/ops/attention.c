@@ -209,8 +209,7 @@ mf_status mf_attention(mf_backend *be, const mf_attention_args *p) {
     bool empty = false;
     MF_TRY(check_args(be, p, &empty));
     if (empty) return MF_OK;
-    if (!be->attention) return mf_fail(MF_ERR_UNSUPPORTED, "attention: not implemented on the %s backend", be->name);
-    return be->attention(be, p);
+    return mf_dispatch_attention(be, p);
 }
 
 mf_status mf_attention_workspace(mf_backend *be, const mf_attention_args *p, size_t *bytes) {

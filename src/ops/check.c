@@ -1,5 +1,4 @@
 #include <stdio.h>
-#include <string.h>
 
 #include "ops/check.h"
 #include "ops/overlap.h"
@@ -52,26 +51,4 @@ mf_status mf_check_disjoint(const mf_tensor *a, const mf_tensor *b, const char *
                             const char *nb) {
     if (overlaps(a, b)) return mf_fail(MF_ERR_INVALID_ARG, "%s: %s and %s overlap in memory", op, na, nb);
     return MF_OK;
-}
-
-mf_status mf_mat_layout_of(const mf_tensor *t, const char *op, const char *name, mf_mat_layout *out) {
-    int r = t->ndim - 2, c = t->ndim - 1;
-    int64_t rows = t->shape[r], cols = t->shape[c];
-    memset(out, 0, sizeof *out);
-    if (t->ndim == 3 && t->shape[0] > 1) out->batch_stride = t->stride[0];
-    // A size-1 dim's stride is meaningless: prefer row-major when it fits.
-    if (t->stride[c] == 1 || cols == 1) {
-        out->col_major = false;
-        out->ld = rows > 1 ? t->stride[r] : (cols > 1 ? cols : 1);
-        if (out->ld >= (cols > 1 ? cols : 1)) return MF_OK;
-    }
-    if (t->stride[r] == 1 || rows == 1) {
-        out->col_major = true;
-        out->ld = cols > 1 ? t->stride[c] : (rows > 1 ? rows : 1);
-        if (out->ld >= (rows > 1 ? rows : 1)) return MF_OK;
-    }
-    return mf_fail(MF_ERR_UNSUPPORTED,
-                   "%s: %s strides (%lld, %lld) for shape (%lld, %lld): need a unit stride in one of the last "
-                   "two dims and non-overlapping rows/cols",
-                   op, name, (long long)t->stride[r], (long long)t->stride[c], (long long)rows, (long long)cols);
 }

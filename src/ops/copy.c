@@ -25,6 +25,5 @@ mf_status mf_copy(mf_backend *be, const mf_copy_args *p) {
     MF_TRY(mf_check_no_self_overlap(&p->dst, op, "dst"));
     if (mf_views_same(&p->src, &p->dst)) return MF_OK; // nothing to move
     MF_TRY(mf_check_apart(&p->src, &p->dst, op, "src", "dst"));
-    if (!be->copy_tensor) return mf_fail(MF_ERR_UNSUPPORTED, "copy: not implemented on the %s backend", be->name);
-    return be->copy_tensor(be, p);
+    return mf_dispatch_copy_tensor(be, p);
 }

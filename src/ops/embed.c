@@ -32,6 +32,5 @@ mf_status mf_embed(mf_backend *be, const mf_embed_args *p) {
     MF_TRY(mf_check_disjoint(&p->y, &p->table, op, "y", "table"));
     MF_TRY(mf_check_disjoint(&p->y, &p->ids, op, "y", "ids"));
     if (n == 0) return MF_OK;
-    if (!be->embed) return mf_fail(MF_ERR_UNSUPPORTED, "embed: not implemented on the %s backend", be->name);
-    return be->embed(be, p);
+    return mf_dispatch_embed(be, p);
 }

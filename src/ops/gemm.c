@@ -1,4 +1,5 @@
 // mf_gemm: argument validation, then the backend's GEMM.
+#include "kernels/mat_layout.h"
 #include "ops/check.h"
 #include "ops/overlap.h"
 
@@ -73,6 +74,5 @@ mf_status mf_gemm(mf_backend *be, const mf_gemm_args *p) {
     if (p->epilogue != MF_EPILOGUE_NONE && p->epilogue != MF_EPILOGUE_GELU)
         return mf_fail(MF_ERR_INVALID_ARG, "gemm: invalid epilogue %d", (int)p->epilogue);
     if (m == 0 || n == 0 || (nd == 3 && p->c.shape[0] == 0)) return MF_OK;
-    if (!be->gemm) return mf_fail(MF_ERR_UNSUPPORTED, "gemm: not implemented on the %s backend", be->name);
-    return be->gemm(be, p);
+    return mf_dispatch_gemm(be, p);
 }

@@ -118,6 +118,5 @@ mf_status mf_kv_write(mf_backend *be, const mf_kv_write_args *p) {
                 return mf_fail(MF_ERR_INVALID_ARG, "kv_write: q and %s overlap in memory", cn[c]);
     }
     if (n == 0 || (KVH == 0 && (!p->q || p->q->shape[1] == 0))) return MF_OK;
-    if (!be->kv_write) return mf_fail(MF_ERR_UNSUPPORTED, "kv_write: not implemented on the %s backend", be->name);
-    return be->kv_write(be, p);
+    return mf_dispatch_kv_write(be, p);
 }

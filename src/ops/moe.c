@@ -3,14 +3,16 @@
 // caller-provided scratch. The expert FFNs are a loop over the non-empty
 // experts of mf_gemm / mf_act calls on their rows (OpenBLAS on the CPU,
 // cuBLASLt on CUDA) unless the backend's moe_experts entry takes them (CUDA:
-// the small-batch decode kernels, or the grouped GEMM).
+// the small-batch decode kernels, or the grouped GEMM); an entry declines
+// with MF_ERR_UNSUPPORTED and the loop here runs.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/moe_offsets.h"
 #include "ops/check.h"
-#include "ops/moe_loop.h"
+#include "ops/moe.h"
 #include "ops/overlap.h"
 
 #define MOE_MAX_EXPERTS 256
@@ -118,8 +120,7 @@ mf_status mf_moe_router(mf_backend *be, const mf_moe_router_args *p) {
     MF_TRY(mf_check_call(be, p, "moe_router"));
     MF_TRY(router_check(be, p));
     if (p->logits.shape[0] == 0) return MF_OK;
-    if (!be->moe_router) return mf_fail(MF_ERR_UNSUPPORTED, "moe_router: not implemented on the %s backend", be->name);
-    return be->moe_router(be, p);
+    return mf_dispatch_moe_router(be, p);
 }
 
 // ---- permutation ---------------------------------------------------------------------
@@ -163,9 +164,7 @@ static mf_status permute_check(const mf_backend *be, const mf_moe_permute_args *
 mf_status mf_moe_permute(mf_backend *be, const mf_moe_permute_args *p) {
     MF_TRY(mf_check_call(be, p, "moe_permute"));
     MF_TRY(permute_check(be, p));
-    if (!be->moe_permute)
-        return mf_fail(MF_ERR_UNSUPPORTED, "moe_permute: not implemented on the %s backend", be->name);
-    return be->moe_permute(be, p);
+    return mf_dispatch_moe_permute(be, p);
 }
 
 // ---- experts -------------------------------------------------------------------------
@@ -248,27 +247,27 @@ static mf_status experts_check(const mf_backend *be, const mf_moe_experts_args *
     return MF_OK;
 }
 
-mf_status mf_moe_host_offsets(mf_backend *be, const mf_moe_experts_args *p, int32_t *buf, const int32_t **out) {
-    const int64_t E = p->offsets.shape[0] - 1, N = p->x.shape[0];
+// The E + 1 offsets on the host (p->host_offsets, or read back into buf: one
+// sync on CUDA), checked against the rows of x.
+static mf_status host_offsets(mf_backend *be, const mf_moe_experts_args *p, int32_t *buf, const int32_t **out) {
+    const int64_t E = p->offsets.shape[0] - 1;
     const int32_t *o = p->host_offsets;
-    if (!o) { // one read-back (a sync on CUDA) sizes the per-expert GEMMs
+    if (!o) { // one read-back sizes the per-expert GEMMs
         MF_TRY(mf_backend_copy(be, buf, p->offsets.data, (size_t)(E + 1) * sizeof(int32_t), MF_COPY_D2H));
         o = buf;
     }
-    if (o[0] < 0 || o[E] > N)
-        return mf_fail(MF_ERR_INVALID_ARG, "moe_experts: offsets [%d, %d] outside the %lld rows of x", o[0], o[E], (ll)N);
-    for (int64_t e = 0; e < E; e++)
-        if (o[e + 1] < o[e])
-            return mf_fail(MF_ERR_INVALID_ARG, "moe_experts: offsets decrease at expert %lld (%d > %d)", (ll)e, o[e],
-                           o[e + 1]);
+    MF_TRY(mf_moe_offsets_check(o, E, p->x.shape[0]));
     *out = o;
     return MF_OK;
 }
 
-mf_status mf_moe_experts_loop(mf_backend *be, const mf_moe_experts_args *p) {
+// The generic expert FFNs, for backends whose moe_experts entry declines (or
+// has none): per non-empty expert mf_gemm (gate|up or fc1, GELU epilogue),
+// one mf_act over all routed rows (SwiGLU), then mf_gemm (down) per expert.
+static mf_status experts_loop(mf_backend *be, const mf_moe_experts_args *p) {
     int32_t off[MOE_MAX_EXPERTS + 1];
     const int32_t *o = NULL;
-    MF_TRY(mf_moe_host_offsets(be, p, off, &o));
+    MF_TRY(host_offsets(be, p, off, &o));
     const int64_t E = p->w1.shape[0], H = p->x.shape[1], rows1 = p->h.shape[1];
     const int64_t I = p->ffn == MF_MOE_FFN_SWIGLU ? rows1 / 2 : rows1;
     for (int64_t e = 0; e < E; e++) {
@@ -297,8 +296,11 @@ mf_status mf_moe_experts(mf_backend *be, const mf_moe_experts_args *p) {
     int64_t E = 0, I = 0;
     MF_TRY(experts_check(be, p, &E, &I));
     if (p->x.shape[0] == 0 || p->x.shape[1] == 0) return MF_OK;
-    if (be->moe_experts) return be->moe_experts(be, p);
-    return mf_moe_experts_loop(be, p);
+    if (p->host_offsets) MF_TRY(mf_moe_offsets_check(p->host_offsets, E, p->x.shape[0]));
+    const mf_status st = mf_dispatch_moe_experts(be, p); // MF_ERR_UNSUPPORTED: no entry, or it declines
+    if (st != MF_ERR_UNSUPPORTED) return st;
+    mf_clear_error();
+    return experts_loop(be, p);
 }
 
 // ---- combine ---------------------------------------------------------------------------
@@ -346,9 +348,7 @@ mf_status mf_moe_combine(mf_backend *be, const mf_moe_combine_args *p) {
     MF_TRY(mf_check_call(be, p, "moe_combine"));
     MF_TRY(combine_check(be, p));
     if (p->out.shape[0] == 0 || p->out.shape[1] == 0) return MF_OK;
-    if (!be->moe_combine)
-        return mf_fail(MF_ERR_UNSUPPORTED, "moe_combine: not implemented on the %s backend", be->name);
-    return be->moe_combine(be, p);
+    return mf_dispatch_moe_combine(be, p);
 }
 
 // ---- the whole layer ---------------------------------------------------------------------
@@ -492,6 +492,39 @@ bool mf_moe_capturable(mf_backend *be, const mf_moe_args *p) {
     return be->moe_experts_capturable(be, &ex);
 }
 
+// The layer's parts in order on the carved scratch s (arguments checked).
+static mf_status moe_run(mf_backend *be, const mf_moe_args *p, const moe_scratch *s, int64_t E, int64_t srows1) {
+    // 1. Router logits in f32, then the fused top-k.
+    mf_gemm_args g = {.a = p->x, .b = linear_b(&p->w_router, 0), .c = s->logits, .alpha = 1.0f};
+    MF_TRY(mf_gemm(be, &g));
+    mf_moe_router_args r = {.logits = s->logits, .ids = s->ids, .weights = s->weights, .score = p->score,
+                            .order = p->order, .renorm = p->renorm, .routed_scale = p->routed_scale};
+    MF_TRY(mf_moe_router(be, &r));
+    // 2. Sort the assignments by expert and gather x into expert-contiguous rows.
+    mf_moe_permute_args pm = {.ids = s->ids, .offsets = s->offsets, .sorted = s->sorted, .inv = s->inv,
+                              .x = &p->x, .xs = &s->xs, .n_experts = (int32_t)E};
+    MF_TRY(mf_moe_permute(be, &pm));
+    // 3. The routed experts; their outputs overwrite the gathered rows.
+    mf_moe_experts_args ex = {.x = s->xs, .offsets = s->offsets, .w1 = p->w1, .w2 = p->w2, .h = s->h, .y = s->xs,
+                              .ffn = p->ffn};
+    MF_TRY(mf_moe_experts(be, &ex));
+    // 4. The shared expert on every token, and its gate logit.
+    if (p->shared_w1) {
+        MF_TRY(ffn_first(be, &p->x, p->shared_w1, 0, &s->sh, p->ffn));
+        if (p->ffn == MF_MOE_FFN_SWIGLU) MF_TRY(ffn_gate(be, &s->sh, srows1 / 2));
+        MF_TRY(ffn_second(be, &s->sh, p->ffn == MF_MOE_FFN_SWIGLU ? srows1 / 2 : srows1, p->shared_w2, 0, &s->sy));
+        if (p->shared_gate) {
+            mf_gemm_args gg = {.a = p->x, .b = linear_b(p->shared_gate, 0), .c = s->sg, .alpha = 1.0f};
+            MF_TRY(mf_gemm(be, &gg));
+        }
+    }
+    // 5. Weighted sum back in token order (+ shared, + residual).
+    mf_moe_combine_args cb = {.ys = s->xs, .inv = s->inv, .weights = s->weights,
+                              .shared = p->shared_w1 ? &s->sy : NULL, .shared_gate = p->shared_gate ? &s->sg : NULL,
+                              .residual = p->residual, .out = p->out};
+    return mf_moe_combine(be, &cb);
+}
+
 mf_status mf_moe(mf_backend *be, const mf_moe_args *p) {
     MF_TRY(mf_check_call(be, p, "moe"));
     int64_t E = 0, rows1 = 0, srows1 = 0;
@@ -501,8 +534,7 @@ mf_status mf_moe(mf_backend *be, const mf_moe_args *p) {
     if (!p->workspace || p->workspace_bytes < need)
         return mf_fail(MF_ERR_INVALID_ARG, "moe: workspace of %zu bytes (%s), need %zu (mf_moe_workspace)",
                        p->workspace_bytes, p->workspace ? "given" : "NULL", need);
-    const int64_t T = p->x.shape[0], H = p->x.shape[1];
-    if (T == 0) return MF_OK;
+    if (p->x.shape[0] == 0) return MF_OK;
     plan_scratch(p, E, rows1, srows1, p->workspace, be->device, &s);
     mf_tensor ws_view = {.data = p->workspace, .dtype = MF_DTYPE_I32, .device = be->device, .ndim = 1,
                          .shape = {(int64_t)(need / 4), 1, 1, 1}, .stride = {1, 0, 0, 0}};
@@ -514,35 +546,9 @@ mf_status mf_moe(mf_backend *be, const mf_moe_args *p) {
     static const char *const wn[6] = {"w_router", "w1", "w2", "shared_w1", "shared_w2", "shared_gate"};
     for (int i = 0; i < 6; i++)
         if (wts[i]) MF_TRY(mf_check_disjoint(&ws_view, wts[i], op, "workspace", wn[i]));
-
-    // 1. Router logits in f32, then the fused top-k.
-    mf_gemm_args g = {.a = p->x, .b = linear_b(&p->w_router, 0), .c = s.logits, .alpha = 1.0f};
-    MF_TRY(mf_gemm(be, &g));
-    mf_moe_router_args r = {.logits = s.logits, .ids = s.ids, .weights = s.weights, .score = p->score,
-                            .order = p->order, .renorm = p->renorm, .routed_scale = p->routed_scale};
-    MF_TRY(mf_moe_router(be, &r));
-    // 2. Sort the assignments by expert and gather x into expert-contiguous rows.
-    mf_moe_permute_args pm = {.ids = s.ids, .offsets = s.offsets, .sorted = s.sorted, .inv = s.inv,
-                              .x = &p->x, .xs = &s.xs, .n_experts = (int32_t)E};
-    MF_TRY(mf_moe_permute(be, &pm));
-    // 3. The routed experts; their outputs overwrite the gathered rows.
-    mf_moe_experts_args ex = {.x = s.xs, .offsets = s.offsets, .w1 = p->w1, .w2 = p->w2, .h = s.h, .y = s.xs,
-                              .ffn = p->ffn};
-    MF_TRY(mf_moe_experts(be, &ex));
-    // 4. The shared expert on every token, and its gate logit.
-    if (p->shared_w1) {
-        MF_TRY(ffn_first(be, &p->x, p->shared_w1, 0, &s.sh, p->ffn));
-        if (p->ffn == MF_MOE_FFN_SWIGLU) MF_TRY(ffn_gate(be, &s.sh, srows1 / 2));
-        MF_TRY(ffn_second(be, &s.sh, p->ffn == MF_MOE_FFN_SWIGLU ? srows1 / 2 : srows1, p->shared_w2, 0, &s.sy));
-        if (p->shared_gate) {
-            mf_gemm_args gg = {.a = p->x, .b = linear_b(p->shared_gate, 0), .c = s.sg, .alpha = 1.0f};
-            MF_TRY(mf_gemm(be, &gg));
-        }
-    }
-    // 5. Weighted sum back in token order (+ shared, + residual).
-    mf_moe_combine_args cb = {.ys = s.xs, .inv = s.inv, .weights = s.weights,
-                              .shared = p->shared_w1 ? &s.sy : NULL, .shared_gate = p->shared_gate ? &s.sg : NULL,
-                              .residual = p->residual, .out = p->out};
-    (void)H;
-    return mf_moe_combine(be, &cb);
+    mf_op_begin(be, "moe"); // one op for the profiler: its parts are inside it
+    const mf_status st = moe_run(be, p, &s, E, srows1);
+    mf_op_end(be, "moe");
+    return st;
 }
+

@@ -60,6 +60,5 @@ mf_status mf_add_norm(mf_backend *be, const mf_norm_args *p) {
     if (!(p->eps >= 0.0f) || !isfinite(p->eps))
         return mf_fail(MF_ERR_INVALID_ARG, "add_norm: eps %g must be finite and >= 0", (double)p->eps);
     if (rows == 0) return MF_OK;
-    if (!be->add_norm) return mf_fail(MF_ERR_UNSUPPORTED, "add_norm: not implemented on the %s backend", be->name);
-    return be->add_norm(be, p);
+    return mf_dispatch_add_norm(be, p);
 }

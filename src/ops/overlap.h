@@ -5,7 +5,8 @@
 #ifndef MF_OPS_OVERLAP_H
 #define MF_OPS_OVERLAP_H
 
-#include "ops/check.h"
+#include "core/error.h"
+#include "minfer/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -73,6 +73,5 @@ mf_status mf_rope(mf_backend *be, const mf_rope_args *p) {
     }
     const int64_t heads = p->q.shape[1] + (p->k ? p->k->shape[1] : 0);
     if (n_tokens == 0 || heads == 0) return MF_OK;
-    if (!be->rope) return mf_fail(MF_ERR_UNSUPPORTED, "rope: not implemented on the %s backend", be->name);
-    return be->rope(be, p);
+    return mf_dispatch_rope(be, p);
 }

@@ -3,7 +3,7 @@
 
 #include "ops/check.h"
 #include "ops/overlap.h"
-#include "ops/softmax_geom.h"
+#include "kernels/softmax_geom.h"
 
 static const char *dim_name(int nd, int d) {
     static const char *n4[4] = {"batch", "heads", "q_len", "k_len"};
@@ -86,6 +86,5 @@ mf_status mf_softmax(mf_backend *be, const mf_softmax_args *p) {
     if (p->key_lens) MF_TRY(check_key_lens(be, p, batch));
     if (p->bias) MF_TRY(check_bias(be, p));
     if (mf_tensor_numel(&p->x) == 0) return MF_OK;
-    if (!be->softmax) return mf_fail(MF_ERR_UNSUPPORTED, "softmax: not implemented on the %s backend", be->name);
-    return be->softmax(be, p);
+    return mf_dispatch_softmax(be, p);
 }

@@ -50,6 +50,5 @@ mf_status mf_topk(mf_backend *be, const mf_topk_args *p) {
     MF_TRY(mf_check_disjoint(&p->ids, &p->stats, op, "ids", "stats"));
     MF_TRY(mf_check_disjoint(&p->vals, &p->stats, op, "vals", "stats"));
     if (rows == 0) return MF_OK;
-    if (!be->topk) return mf_fail(MF_ERR_UNSUPPORTED, "topk: not implemented on the %s backend", be->name);
-    return be->topk(be, p);
+    return mf_dispatch_topk(be, p);
 }
