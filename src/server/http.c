@@ -163,12 +163,12 @@ bool mf_srv_http_start(mf_srv *s) {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,                       //
+                                 MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,                   // first, or MHD warns
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr,                           //
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                //
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,                // idle keep-alive
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,                 //
-                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,              //
-                                 MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_END);
+                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         fprintf(stderr, "minfer: error: serve: cannot listen on %s port %d (in use, or not an address here?)\n", o->host,
