@@ -216,7 +216,7 @@ def device_name():
 
 
 def git_commit():
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
     try:
         c = subprocess.run(["git", "-C", here, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True,
                            timeout=10).stdout.strip()

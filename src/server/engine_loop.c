@@ -291,7 +291,7 @@ static void step(loop *L) {
         if (!j->eng_touched) continue;
         j->eng_touched = false;
         bool dropped = false;
-        for (int32_t p = 0; p < j->n_prompts && !dropped; p++)
+        for (int32_t p = 0; !dropped && p < j->n_prompts; p++) // j may be freed once dropped
             if (j->eng_live[p] && j->eng_finished[p] >= j->req.n) dropped = finish_request(L, j, p);
         if (dropped || !j->req.stream) continue; // a non-streamed answer waits for DONE
         pthread_mutex_lock(&j->mu);
