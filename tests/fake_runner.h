@@ -1,4 +1,4 @@
-// A scripted model behind the engine's runner interface (src/engine/runner.h)
+// A scripted model behind the engine's runner interface (src/runtime/runner.h)
 // for tests: its "KV cache" is the token id at every (block, row) of the
 // pool, written through the block tables exactly as a real model writes K
 // and V, and the logits of an output row are a hash of the row's whole

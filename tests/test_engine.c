@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "minfer/backend.h" // mf_fault_alloc_fail_after
@@ -659,39 +660,39 @@ static void test_sampler_candidates(void) {
 }
 
 // ---- a fake model --------------------------------------------------------------------------
-// Slots keep their token history; each forward checks the contract (distinct
-// slots, offsets, ids in range, max_seq) and returns logits that depend only
-// on the sequence's own content, so a sequence gives the same logits in any
-// batch and any slot:
+// A runner (src/runtime/runner.h) whose "KV cache" holds each token id at its
+// (block, row), written through the engine's block tables; every run checks
+// the contract (sizes, block ids, ids in range) and returns logits that
+// depend only on the sequence's own context, read back through its table,
+// so a sequence gives the same logits in any batch:
 //   SCRIPT: the generated position j (tokens after the prompt) gets script[j]
 //           with logit +8 and everything else 0 (greedy follows the script);
 //   HASH:   pseudo-random logits from the last two ids (EOS pushed down).
+// The argmax and top-k outputs come from the real ops on the CPU backend.
 
-enum { FAKE_SCRIPT, FAKE_HASH };
+enum { FAKE_SCRIPT, FAKE_HASH, FAKE_BS = 16 };
 
 typedef struct {
+    mf_runner r;
     int mode;
     int64_t vocab, max_seq;
     int32_t max_batch;
-    int32_t *hist;      // (max_batch, max_seq)
-    int64_t *len;       // (max_batch)
-    int64_t *prompt;    // (max_batch) length of the first forward after a reset
+    int32_t *kv;        // (n_blocks, FAKE_BS) token ids
+    int64_t *prompt;    // (n_blocks) prompt length of the sequence whose first block this is
     const int32_t *script;
     int64_t n_script;
     int32_t eos;
-    int64_t calls, fail_at; // fail_at > 0: the fail_at-th forward from now fails
+    int64_t calls, fail_at; // fail_at > 0: the fail_at-th run from now fails
     int32_t batch_log[4096];
     int64_t n_log;
     bool contract_broken;
-    // poison: the poison_call-th forward (counting from 1) gets row poison_row
+    // poison: the poison_call-th run (counting from 1) gets output row poison_row
     // spoiled: kind 1 logit poison_idx NaN, 2 it +inf, 3 every logit -inf
     int64_t poison_call, poison_idx;
     int32_t poison_row, poison_kind;
-    // forward_greedy: logits computed as forward's into lg, then mf_argmax on the CPU
     mf_backend *cpu;
-    float *lg;          // (max_batch, vocab)
-    int64_t greedy_calls;
-    int64_t topk_calls, logit_reads, lg_rows; // forward_topk: calls, rows read back, rows of lg valid
+    float *lg;          // (max_batch, vocab): the last run's logits
+    int64_t greedy_calls, topk_calls, logit_reads, lg_rows;
 } fake_model;
 
 static float hash_logit(int32_t a, int32_t b, int64_t j) {
@@ -703,90 +704,90 @@ static float hash_logit(int32_t a, int32_t b, int64_t j) {
     return (float)((double)(z & 0xFFFFFF) / (double)0x1000000 * 8.0 - 4.0);
 }
 
-static mf_status fake_forward(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
-                              const int64_t *offsets, float *logits) {
+static mf_status fake_reduce(fake_model *f, const mf_run_batch *b, int32_t rows) {
+    if (b->kind == MF_RUN_LOGITS) {
+        memcpy(b->logits, f->lg, (size_t)(rows * f->vocab) * sizeof *f->lg);
+        return MF_OK;
+    }
+    const int64_t xs[2] = {rows, f->vocab}, n = rows;
+    mf_status st;
+    if (b->kind == MF_RUN_ARGMAX) {
+        f->greedy_calls++;
+        mf_argmax_args a;
+        if ((st = mf_tensor_make(&a.x, f->lg, MF_DTYPE_F32, MF_DEVICE_CPU, 2, xs)) != MF_OK ||
+            (st = mf_tensor_make(&a.ids, b->ids, MF_DTYPE_I32, MF_DEVICE_CPU, 1, &n)) != MF_OK ||
+            (st = mf_tensor_make(&a.vals, b->vals, MF_DTYPE_F32, MF_DEVICE_CPU, 1, &n)) != MF_OK)
+            return st;
+        return mf_argmax(f->cpu, &a);
+    }
+    f->topk_calls++;
+    mf_topk_args a = {.k = b->k, .scale = b->scale};
+    const int64_t os[2] = {rows, b->k}, ss[2] = {rows, 2};
+    if ((st = mf_tensor_make(&a.x, f->lg, MF_DTYPE_F32, MF_DEVICE_CPU, 2, xs)) != MF_OK ||
+        (st = mf_tensor_make(&a.ids, b->ids, MF_DTYPE_I32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
+        (st = mf_tensor_make(&a.vals, b->vals, MF_DTYPE_F32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
+        (st = mf_tensor_make(&a.stats, b->stats, MF_DTYPE_F32, MF_DEVICE_CPU, 2, ss)) != MF_OK)
+        return st;
+    return mf_topk(f->cpu, &a);
+}
+
+static mf_status fake_run(void *ctx, const mf_run_batch *b) {
     fake_model *f = ctx;
     f->calls++;
-    if (f->n_log < 4096) f->batch_log[f->n_log++] = n_seqs;
-    if (f->fail_at > 0 && --f->fail_at == 0) return MF_ERR_CUDA; // (a message is not needed for the test)
-    if (n_seqs < 1 || n_seqs > f->max_batch || offsets[0] != 0) {
+    f->lg_rows = 0;
+    if (f->n_log < 4096) f->batch_log[f->n_log++] = b->n_seqs;
+    if (f->fail_at > 0 && --f->fail_at == 0) return mf_fail(MF_ERR_CUDA, "fake: injected run failure");
+    const int32_t W = f->r.table_width;
+    if (b->n_seqs < 1 || b->n_seqs > f->max_batch || b->cu[0] != 0 || b->cu[b->n_seqs] > f->r.max_tokens) {
         f->contract_broken = true;
         return MF_ERR_INVALID_ARG;
     }
-    for (int32_t i = 0; i < n_seqs; i++) {
-        int32_t s = seq_ids[i];
-        int64_t n = offsets[i + 1] - offsets[i];
-        bool dup = false;
-        for (int32_t j = 0; j < i; j++) dup |= seq_ids[j] == s;
-        if (s < 0 || s >= f->max_batch || dup || n < 1 || f->len[s] + n > f->max_seq) {
+    int32_t rows = 0;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        const int32_t *tab = b->tables + (int64_t)i * W;
+        const int64_t n = b->cu[i + 1] - b->cu[i], L = b->pos0[i] + n;
+        if (n < 1 || b->pos0[i] < 0 || L > f->max_seq) {
             f->contract_broken = true;
-            return MF_ERR_INVALID_ARG; // caches unchanged, as the session promises
+            return MF_ERR_INVALID_ARG;
         }
-    }
-    for (int32_t i = 0; i < n_seqs; i++) {
-        int32_t s = seq_ids[i];
-        if (f->len[s] == 0) f->prompt[s] = offsets[i + 1] - offsets[i];
-        for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) {
-            if (tokens[t] < 0 || tokens[t] >= f->vocab) f->contract_broken = true;
-            f->hist[(int64_t)s * f->max_seq + f->len[s]++] = tokens[t];
+        for (int64_t j = 0; j < (L + FAKE_BS - 1) / FAKE_BS; j++)
+            if (tab[j] < 0 || tab[j] >= f->r.n_blocks) {
+                f->contract_broken = true;
+                return MF_ERR_INVALID_ARG;
+            }
+        if (b->pos0[i] == 0) f->prompt[tab[0]] = n;
+        for (int64_t t = 0; t < n; t++) {
+            const int64_t p = b->pos0[i] + t;
+            const int32_t tok = b->tokens[b->cu[i] + t];
+            if (tok < 0 || tok >= f->vocab) f->contract_broken = true;
+            f->kv[(int64_t)tab[p / FAKE_BS] * FAKE_BS + p % FAKE_BS] = tok;
         }
-        float *row = logits + (int64_t)i * f->vocab;
-        const int32_t *h = f->hist + (int64_t)s * f->max_seq;
-        int64_t L = f->len[s];
+        if (!b->out[i]) continue;
+        float *row = f->lg + (int64_t)rows * f->vocab;
         if (f->mode == FAKE_SCRIPT) {
-            int64_t j = L - f->prompt[s];
+            const int64_t j = L - f->prompt[tab[0]];
             for (int64_t v = 0; v < f->vocab; v++) row[v] = 0.0f;
             if (j < f->n_script) row[f->script[j]] = 8.0f;
         } else {
-            int32_t a = h[L - 1], b = L > 1 ? h[L - 2] : -1;
-            for (int64_t v = 0; v < f->vocab; v++) row[v] = hash_logit(a, b, v);
+            const int32_t a = f->kv[(int64_t)tab[(L - 1) / FAKE_BS] * FAKE_BS + (L - 1) % FAKE_BS];
+            const int32_t c = L > 1 ? f->kv[(int64_t)tab[(L - 2) / FAKE_BS] * FAKE_BS + (L - 2) % FAKE_BS] : -1;
+            for (int64_t v = 0; v < f->vocab; v++) row[v] = hash_logit(a, c, v);
             if (f->eos >= 0) row[f->eos] = -6.0f;
         }
-        if (f->calls == f->poison_call && i == f->poison_row) {
+        if (f->calls == f->poison_call && rows == f->poison_row) {
             if (f->poison_kind == 3)
                 for (int64_t v = 0; v < f->vocab; v++) row[v] = -INFINITY;
             else
                 row[f->poison_idx] = f->poison_kind == 1 ? NAN : INFINITY;
         }
+        rows++;
     }
-    return MF_OK;
-}
-
-// The argmax path of a source: forward's logits, reduced by the real op (CPU backend).
-static mf_status fake_forward_greedy(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
-                                     const int64_t *offsets, int32_t *ids, float *vals) {
-    fake_model *f = ctx;
-    f->greedy_calls++;
-    mf_status st = fake_forward(ctx, n_seqs, seq_ids, tokens, offsets, f->lg);
-    if (st != MF_OK) return st;
-    mf_argmax_args a;
-    const int64_t xs[2] = {n_seqs, f->vocab}, n = n_seqs;
-    if ((st = mf_tensor_make(&a.x, f->lg, MF_DTYPE_F32, MF_DEVICE_CPU, 2, xs)) != MF_OK ||
-        (st = mf_tensor_make(&a.ids, ids, MF_DTYPE_I32, MF_DEVICE_CPU, 1, &n)) != MF_OK ||
-        (st = mf_tensor_make(&a.vals, vals, MF_DTYPE_F32, MF_DEVICE_CPU, 1, &n)) != MF_OK)
-        return st;
-    return mf_argmax(f->cpu, &a);
-}
-
-// The candidate path of a source: forward's logits, reduced by the real op
-// (CPU backend); read_logits gives a row of them back.
-static mf_status fake_forward_topk(void *ctx, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
-                                   const int64_t *offsets, int32_t k, float scale, int32_t *ids, float *vals,
-                                   float *stats) {
-    fake_model *f = ctx;
-    f->topk_calls++;
-    f->lg_rows = 0;
-    mf_status st = fake_forward(ctx, n_seqs, seq_ids, tokens, offsets, f->lg);
-    if (st != MF_OK) return st;
-    f->lg_rows = n_seqs;
-    mf_topk_args a = {.k = k, .scale = scale};
-    const int64_t xs[2] = {n_seqs, f->vocab}, os[2] = {n_seqs, k}, ss[2] = {n_seqs, 2};
-    if ((st = mf_tensor_make(&a.x, f->lg, MF_DTYPE_F32, MF_DEVICE_CPU, 2, xs)) != MF_OK ||
-        (st = mf_tensor_make(&a.ids, ids, MF_DTYPE_I32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
-        (st = mf_tensor_make(&a.vals, vals, MF_DTYPE_F32, MF_DEVICE_CPU, 2, os)) != MF_OK ||
-        (st = mf_tensor_make(&a.stats, stats, MF_DTYPE_F32, MF_DEVICE_CPU, 2, ss)) != MF_OK)
-        return st;
-    return mf_topk(f->cpu, &a);
+    if (rows != b->n_out) {
+        f->contract_broken = true;
+        return MF_ERR_INVALID_ARG;
+    }
+    f->lg_rows = rows;
+    return fake_reduce(f, b, rows);
 }
 
 static mf_status fake_read_logits(void *ctx, int32_t row, float *logits) {
@@ -800,51 +801,48 @@ static mf_status fake_read_logits(void *ctx, int32_t row, float *logits) {
     return MF_OK;
 }
 
-static mf_status fake_reset(void *ctx, int32_t seq) {
+static mf_status fake_copy_block(void *ctx, int32_t src, int32_t dst) {
     fake_model *f = ctx;
-    if (seq < 0 || seq >= f->max_batch) return MF_ERR_INVALID_ARG;
-    f->len[seq] = 0;
+    memcpy(f->kv + (int64_t)dst * FAKE_BS, f->kv + (int64_t)src * FAKE_BS, FAKE_BS * sizeof *f->kv);
     return MF_OK;
 }
 
-static void fake_init(fake_model *f, int mode, int64_t vocab, int32_t max_batch, int64_t max_seq, int32_t eos) {
+// max_batch sequences of up to max_seq tokens (the pool holds them all), as a
+// session of that size. Logits only, unless fake_device: then the argmax and
+// top-k outputs too (and read_logits).
+static void fake_init(fake_model *f, int mode, int64_t vocab, int32_t max_batch, int64_t max_seq, int32_t eos,
+                      const mf_tokenizer *tok) {
     memset(f, 0, sizeof *f);
     f->mode = mode;
     f->vocab = vocab;
     f->max_batch = max_batch;
     f->max_seq = max_seq;
     f->eos = eos;
-    f->hist = calloc((size_t)(max_batch * max_seq), sizeof *f->hist);
-    f->len = calloc((size_t)max_batch, sizeof *f->len);
-    f->prompt = calloc((size_t)max_batch, sizeof *f->prompt);
+    const int32_t W = (int32_t)((max_seq + FAKE_BS - 1) / FAKE_BS), nb = max_batch * W;
+    f->r = (mf_runner){.ctx = f, .run = fake_run, .copy_block = fake_copy_block,
+                       .vocab = vocab, .n_blocks = nb, .block_size = FAKE_BS, .table_width = W,
+                       .max_seqs = max_batch, .max_tokens = (int64_t)max_batch * max_seq, .tok = tok,
+                       .n_eos = eos >= 0 ? 1 : 0};
+    f->r.eos_ids[0] = eos;
+    f->kv = calloc((size_t)nb * FAKE_BS, sizeof *f->kv);
+    f->prompt = calloc((size_t)nb, sizeof *f->prompt);
+    f->lg = malloc((size_t)(max_batch * vocab) * sizeof *f->lg);
+    if (mf_backend_init("cpu", &f->cpu) != MF_OK) fail("cpu backend: %s", mf_last_error());
 }
 
 static void fake_free(fake_model *f) {
     mf_backend_free(f->cpu);
     free(f->lg);
-    free(f->hist);
-    free(f->len);
+    free(f->kv);
     free(f->prompt);
 }
 
-static mf_gen_source fake_source(fake_model *f, const mf_tokenizer *tok);
+static void fake_device(fake_model *f) { f->r.read_logits = fake_read_logits; }
 
-// A fake with the argmax path too (fake_free releases what it takes).
-static mf_gen_source fake_source_greedy(fake_model *f, const mf_tokenizer *tok) {
-    mf_gen_source s = fake_source(f, tok);
-    if (!f->cpu && mf_backend_init("cpu", &f->cpu) != MF_OK) fail("cpu backend: %s", mf_last_error());
-    if (!f->lg) f->lg = malloc((size_t)(f->max_batch * f->vocab) * sizeof *f->lg);
-    s.forward_greedy = fake_forward_greedy;
-    s.forward_topk = fake_forward_topk;
-    s.read_logits = fake_read_logits;
-    return s;
-}
-
-static mf_gen_source fake_source(fake_model *f, const mf_tokenizer *tok) {
-    mf_gen_source s = {.ctx = f, .forward = fake_forward, .reset = fake_reset, .vocab = f->vocab,
-                       .max_batch = f->max_batch, .max_seq = f->max_seq, .tok = tok, .n_eos = f->eos >= 0 ? 1 : 0};
-    s.eos_ids[0] = f->eos;
-    return s;
+// mf_generate on the fake.
+static mf_status fake_generate(fake_model *f, const mf_prompts *pr, const mf_generate_params *p,
+                               mf_generate_result *out) {
+    return mf_generate_runner(&f->r, f->max_seq, pr, p, out);
 }
 
 // ---- streaming capture ---------------------------------------------------------------------
@@ -931,10 +929,9 @@ static void run_script(const mf_tokenizer *tok, const char *script_text, const i
     memcpy(script, ids, (size_t)n_script * sizeof *ids);
     for (int i = 0; i < n_extra; i++) script[n_script + i] = extra[i];
     fake_model f;
-    fake_init(&f, FAKE_SCRIPT, mf_tokenizer_vocab_size(tok), 2, 256, mf_tokenizer_eos_id(tok));
+    fake_init(&f, FAKE_SCRIPT, mf_tokenizer_vocab_size(tok), 2, 256, mf_tokenizer_eos_id(tok), tok);
     f.script = script;
     f.n_script = n_script + n_extra;
-    mf_gen_source src = fake_source(&f, tok);
     const char *texts[1] = {"Once"};
     mf_prompts pr = {.n = 1, .texts = texts};
     mf_generate_params p = mf_generate_params_default();
@@ -945,7 +942,7 @@ static void run_script(const mf_tokenizer *tok, const char *script_text, const i
     p.on_text = on_text;
     memset(&o->cap, 0, sizeof o->cap);
     p.user = &o->cap;
-    o->st = mf_generate_source(&src, &pr, &p, &o->r);
+    o->st = fake_generate(&f, &pr, &p, &o->r);
     if (o->st != MF_OK) fail("generate: %s", mf_last_error());
     CHECK(!f.contract_broken, "the loop broke the forward contract");
     if (o->st == MF_OK) {
@@ -1072,13 +1069,13 @@ static void test_generate_device_greedy(const mf_tokenizer *tok) {
             bool ok = true;
             for (int host = 0; host < 2; host++) {
                 fake_model f;
-                fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok));
-                mf_gen_source src = fake_source_greedy(&f, tok);
+                fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok), tok);
+                fake_device(&f);
                 mf_generate_params p = mf_generate_params_default();
                 p.max_new_tokens = 25;
                 p.sampler = kinds[k];
                 p.host_sampling = host == 1;
-                mf_status st = mf_generate_source(&src, &pr, &p, &r[host]);
+                mf_status st = fake_generate(&f, &pr, &p, &r[host]);
                 CHECK(st == MF_OK && !f.contract_broken, "kind %d host %d: %s", k, host, mf_last_error());
                 ok &= st == MF_OK;
                 greedy_calls[host] = f.greedy_calls, calls[host] = f.calls;
@@ -1110,15 +1107,15 @@ static void test_generate_device_greedy(const mf_tokenizer *tok) {
             mf_status st[2];
             for (int host = 0; host < 2; host++) {
                 fake_model f;
-                fake_init(&f, FAKE_HASH, V, 4, 64, -1);
+                fake_init(&f, FAKE_HASH, V, 4, 64, -1, tok);
+                fake_device(&f);
                 f.poison_call = poison[c].call, f.poison_row = poison[c].row;
                 f.poison_kind = poison[c].kind, f.poison_idx = poison[c].idx;
-                mf_gen_source src = fake_source_greedy(&f, tok);
                 mf_generate_params p = mf_generate_params_default();
                 p.max_new_tokens = 10;
                 p.host_sampling = host == 1;
                 mf_generate_result r;
-                st[host] = mf_generate_source(&src, &pr, &p, &r);
+                st[host] = fake_generate(&f, &pr, &p, &r);
                 snprintf(msg[host], sizeof msg[host], "%s", mf_last_error());
                 if (st[host] == MF_OK) mf_generate_result_free(&r);
                 fake_free(&f);
@@ -1142,8 +1139,8 @@ static void test_generate_device_greedy(const mf_tokenizer *tok) {
 
 // Sampling through the source's top-k candidates = host sampling, token for
 // token, over filter settings and seeds; candidates used exactly when the
-// sampler says they can be exact (decode steps only: the prefill returns
-// logits), a row's logits read back when its candidates do not decide; a
+// sampler says they can be exact (every step, the prefill's included), a
+// row's logits read back when its candidates do not decide; a
 // poisoned decode row refused with the host's message.
 static void test_generate_device_candidates(const mf_tokenizer *tok) {
     CASE("generate (fake): sampling from the source's top-k candidates = host sampling, token for token") {
@@ -1173,14 +1170,14 @@ static void test_generate_device_candidates(const mf_tokenizer *tok) {
                 bool ok = true;
                 for (int host = 0; host < 2; host++) {
                     fake_model f;
-                    fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok));
-                    mf_gen_source src = fake_source_greedy(&f, tok);
-                    mf_generate_params p = mf_generate_params_default();
+                    fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok), tok);
+                fake_device(&f);
+                        mf_generate_params p = mf_generate_params_default();
                     p.max_new_tokens = 20;
                     p.sampler = kinds[k];
                     p.sampler.seed = seed * 101;
                     p.host_sampling = host == 1;
-                    mf_status st = mf_generate_source(&src, &pr, &p, &r[host]);
+                    mf_status st = fake_generate(&f, &pr, &p, &r[host]);
                     CHECK(st == MF_OK && !f.contract_broken, "kind %d host %d: %s", k, host, mf_last_error());
                     ok &= st == MF_OK;
                     topk_calls[host] = f.topk_calls, reads_f[host] = f.logit_reads;
@@ -1188,13 +1185,14 @@ static void test_generate_device_candidates(const mf_tokenizer *tok) {
                 }
                 if (!ok) break;
                 const mf_generate_stats *a = &r[0].stats, *b = &r[1].stats;
-                CHECK(topk_calls[0] == (want_cand ? a->decode_steps : 0) && topk_calls[1] == 0,
-                      "kind %d: %lld top-k calls for %lld decode steps (host_sampling: %lld); want %s", k,
+                CHECK(topk_calls[0] == (want_cand ? a->decode_steps + 1 : 0) && topk_calls[1] == 0,
+                      "kind %d: %lld top-k calls for %lld decode steps + the prefill (host_sampling: %lld); want %s", k,
                       (long long)topk_calls[0], (long long)a->decode_steps, (long long)topk_calls[1],
-                      want_cand ? "one per decode step" : "none");
-                CHECK(!want_cand || (a->device_picks + a->logit_reads == a->decode_tokens && a->logit_reads == reads_f[0]),
-                      "kind %d: %lld picks from candidates + %lld logit reads != %lld decode tokens", k,
-                      (long long)a->device_picks, (long long)a->logit_reads, (long long)a->decode_tokens);
+                      want_cand ? "one per step" : "none");
+                CHECK(!want_cand ||
+                          (a->device_picks + a->logit_reads == a->generated_tokens && a->logit_reads == reads_f[0]),
+                      "kind %d: %lld picks from candidates + %lld logit reads != %lld tokens", k,
+                      (long long)a->device_picks, (long long)a->logit_reads, (long long)a->generated_tokens);
                 CHECK(b->device_picks == 0 && b->logit_reads == 0 && (want_cand || a->device_picks == 0),
                       "kind %d: picks %lld / %lld where none were expected", k, (long long)a->device_picks,
                       (long long)b->device_picks);
@@ -1218,16 +1216,16 @@ static void test_generate_device_candidates(const mf_tokenizer *tok) {
             mf_status st[2];
             for (int host = 0; host < 2; host++) {
                 fake_model f;
-                fake_init(&f, FAKE_HASH, V, 4, 64, -1);
+                fake_init(&f, FAKE_HASH, V, 4, 64, -1, tok);
+                fake_device(&f);
                 f.poison_call = 3, f.poison_row = poison[c].row;
                 f.poison_kind = poison[c].kind, f.poison_idx = poison[c].idx;
-                mf_gen_source src = fake_source_greedy(&f, tok);
                 mf_generate_params p = mf_generate_params_default();
                 p.max_new_tokens = 10;
                 p.sampler = (mf_sampler_params){.temperature = 0.8f, .top_k = 10, .seed = 5};
                 p.host_sampling = host == 1;
                 mf_generate_result r;
-                st[host] = mf_generate_source(&src, &pr, &p, &r);
+                st[host] = fake_generate(&f, &pr, &p, &r);
                 snprintf(msg[host], sizeof msg[host], "%s", mf_last_error());
                 if (st[host] == MF_OK) mf_generate_result_free(&r);
                 fake_free(&f);
@@ -1246,8 +1244,7 @@ static void test_generate_batch(const mf_tokenizer *tok) {
         const int64_t V = mf_tokenizer_vocab_size(tok);
         const char *prompts[3] = {"The quick brown fox", "A", "Lorem ipsum dolor sit amet, consectetur"};
         fake_model f;
-        fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok));
-        mf_gen_source src = fake_source(&f, tok);
+        fake_init(&f, FAKE_HASH, V, 4, 64, mf_tokenizer_eos_id(tok), tok);
         mf_generate_params p = mf_generate_params_default();
         p.max_new_tokens = 30;
         p.sampler = (mf_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.2f,
@@ -1261,7 +1258,7 @@ static void test_generate_batch(const mf_tokenizer *tok) {
         p.user = &cap;
         mf_generate_result all;
         mf_prompts pr = {.n = 3, .texts = prompts};
-        if (mf_generate_source(&src, &pr, &p, &all) != MF_OK) {
+        if (fake_generate(&f, &pr, &p, &all) != MF_OK) {
             fail("batch: %s", mf_last_error());
             fake_free(&f);
             break;
@@ -1284,7 +1281,7 @@ static void test_generate_batch(const mf_tokenizer *tok) {
             p1.on_text = NULL;
             mf_prompts one = {.n = 1, .texts = &prompts[i]};
             mf_generate_result r1;
-            if (mf_generate_source(&src, &one, &p1, &r1) != MF_OK) {
+            if (fake_generate(&f, &one, &p1, &r1) != MF_OK) {
                 fail("alone %d: %s", i, mf_last_error());
                 continue;
             }
@@ -1310,7 +1307,7 @@ static void test_generate_batch(const mf_tokenizer *tok) {
         p.n_stop = 0;
         f.n_log = 0;
         mf_prompts pr2 = {.n = 3, .texts = p2};
-        if (mf_generate_source(&src, &pr2, &p, &all) == MF_OK) {
+        if (fake_generate(&f, &pr2, &p, &all) == MF_OK) {
             for (int i = 0; i < 3; i++)
                 CHECK(all.seqs[i].finish != MF_FINISH_LENGTH || all.seqs[i].n_prompt + all.seqs[i].n_tokens == 65,
                       "seq %d: length stop at %lld + %lld tokens (max_seq 64)", i, (long long)all.seqs[i].n_prompt,
@@ -1329,13 +1326,13 @@ static void test_generate_batch(const mf_tokenizer *tok) {
 }
 
 // A good run on the fake model: the reference that bad inputs must not disturb.
-static bool good_run(mf_gen_source *src, mf_generate_result *r) {
+static bool good_run(fake_model *f, mf_generate_result *r) {
     const char *texts[2] = {"Hello", "world"};
     mf_prompts pr = {.n = 2, .texts = texts};
     mf_generate_params p = mf_generate_params_default();
     p.max_new_tokens = 12;
     p.sampler = (mf_sampler_params){.temperature = 0.9f, .top_p = 0.9f, .seed = 11};
-    return mf_generate_source(src, &pr, &p, r) == MF_OK;
+    return fake_generate(f, &pr, &p, r) == MF_OK;
 }
 
 static bool same_result(const mf_generate_result *a, const mf_generate_result *b) {
@@ -1352,10 +1349,9 @@ static bool same_result(const mf_generate_result *a, const mf_generate_result *b
 static void test_generate_bad(const mf_tokenizer *tok) {
     CASE("generate (fake): bad inputs are named and leave the session usable") {
         fake_model f;
-        fake_init(&f, FAKE_HASH, mf_tokenizer_vocab_size(tok), 2, 32, mf_tokenizer_eos_id(tok));
-        mf_gen_source src = fake_source(&f, tok);
+        fake_init(&f, FAKE_HASH, mf_tokenizer_vocab_size(tok), 2, 32, mf_tokenizer_eos_id(tok), tok);
         mf_generate_result ref, r;
-        if (!good_run(&src, &ref)) {
+        if (!good_run(&f, &ref)) {
             fail("good run: %s", mf_last_error());
             fake_free(&f);
             break;
@@ -1401,36 +1397,35 @@ static void test_generate_bad(const mf_tokenizer *tok) {
             p.n_stop = cases[c].n_stop;
             p.bos = cases[c].bos;
             memset(&r, 0x5A, sizeof r);
-            mf_status st = mf_generate_source(&src, &cases[c].pr, &p, &r);
+            mf_status st = fake_generate(&f, &cases[c].pr, &p, &r);
             CHECK(st == MF_ERR_INVALID_ARG && strstr(mf_last_error(), cases[c].needle), "%s: %s, '%s' (want '%s')",
                   cases[c].what, mf_status_str(st), mf_last_error(), cases[c].needle);
             CHECK(r.n == 0 && r.seqs == NULL, "%s: result not emptied", cases[c].what);
         }
-        CHECK(mf_generate_source(&src, NULL, NULL, &r) == MF_ERR_INVALID_ARG, "NULL prompts accepted");
-        CHECK(mf_generate_source(&src, &cases[0].pr, NULL, NULL) == MF_ERR_INVALID_ARG, "NULL out accepted");
+        CHECK(fake_generate(&f, NULL, NULL, &r) == MF_ERR_INVALID_ARG, "NULL prompts accepted");
+        CHECK(fake_generate(&f, &cases[0].pr, NULL, NULL) == MF_ERR_INVALID_ARG, "NULL out accepted");
         // An empty prompt with AUTO gets BOS (GPT-2's tokenizer has one).
         {
             mf_prompts pe = {.n = 1, .texts = empty};
             mf_generate_params p = mf_generate_params_default();
             p.max_new_tokens = 3;
-            mf_status st = mf_generate_source(&src, &pe, &p, &r);
+            mf_status st = fake_generate(&f, &pe, &p, &r);
             CHECK(st == MF_OK && r.seqs[0].n_prompt == 1 && r.seqs[0].prompt[0] == mf_tokenizer_bos_id(tok),
                   "empty prompt with AUTO: %s", mf_last_error());
             if (st == MF_OK) mf_generate_result_free(&r);
         }
-        // A failing forward (prefill, then a decode step): error out, slots emptied.
+        // A failing run (prefill, then a decode step): error out, the next call unaffected.
         for (int at = 1; at <= 3; at += 2) {
             f.fail_at = at;
-            mf_status st = good_run(&src, &r) ? MF_OK : MF_ERR_CUDA;
-            CHECK(st != MF_OK && r.n == 0, "forward failure %d not reported", at);
-            CHECK(f.len[0] == 0 && f.len[1] == 0, "forward failure %d: slots not emptied (%lld, %lld)", at,
-                  (long long)f.len[0], (long long)f.len[1]);
+            mf_status st = good_run(&f, &r) ? MF_OK : MF_ERR_CUDA;
+            CHECK(st != MF_OK && r.n == 0 && strstr(mf_last_error(), "injected run failure"),
+                  "run failure %d not reported: %s", at, mf_last_error());
             f.fail_at = 0;
         }
         // A sampler error at run time (NaN logits) names the sequence.
         CHECK(!f.contract_broken, "contract broken");
         mf_generate_result again;
-        CHECK(good_run(&src, &again) && same_result(&ref, &again), "session not usable after the bad inputs");
+        CHECK(good_run(&f, &again) && same_result(&ref, &again), "session not usable after the bad inputs");
         mf_generate_result_free(&again);
         mf_generate_result_free(&ref);
         mf_generate_result_free(NULL);
@@ -1441,11 +1436,10 @@ static void test_generate_bad(const mf_tokenizer *tok) {
 static void test_generate_oom(const mf_tokenizer *tok) {
     CASE("generate (fake): every allocation failure is MF_ERR_OOM, frees all, session usable") {
         fake_model f;
-        fake_init(&f, FAKE_HASH, mf_tokenizer_vocab_size(tok), 2, 32, mf_tokenizer_eos_id(tok));
-        mf_gen_source src = fake_source(&f, tok);
+        fake_init(&f, FAKE_HASH, mf_tokenizer_vocab_size(tok), 2, 32, mf_tokenizer_eos_id(tok), tok);
         mf_generate_result ref, r;
         const char *stop[2] = {"ab", "the"};
-        if (!good_run(&src, &ref)) {
+        if (!good_run(&f, &ref)) {
             fail("good run: %s", mf_last_error());
             fake_free(&f);
             break;
@@ -1460,7 +1454,7 @@ static void test_generate_oom(const mf_tokenizer *tok) {
             p.n_stop = 2;
             p.sampler = (mf_sampler_params){.temperature = 0.9f, .top_p = 0.9f, .seed = 11};
             mf_fault_alloc_fail_after(k);
-            mf_status st = mf_generate_source(&src, &pr, &p, &r);
+            mf_status st = fake_generate(&f, &pr, &p, &r);
             mf_fault_alloc_fail_after(0);
             if (st == MF_OK) {
                 mf_generate_result_free(&r);
@@ -1472,7 +1466,7 @@ static void test_generate_oom(const mf_tokenizer *tok) {
         }
         CHECK(n_fail > 5, "only %d allocation points", n_fail);
         mf_generate_result again;
-        CHECK(good_run(&src, &again) && same_result(&ref, &again), "session not usable after the failures");
+        CHECK(good_run(&f, &again) && same_result(&ref, &again), "session not usable after the failures");
         mf_generate_result_free(&again);
         mf_generate_result_free(&ref);
         fake_free(&f);
@@ -1482,8 +1476,7 @@ static void test_generate_oom(const mf_tokenizer *tok) {
 static void test_generate_many(const mf_tokenizer *tok) {
     CASE("generate (fake): 200 calls in one process (leaks: run under ASan/valgrind)") {
         fake_model f;
-        fake_init(&f, FAKE_HASH, mf_tokenizer_vocab_size(tok), 2, 32, mf_tokenizer_eos_id(tok));
-        mf_gen_source src = fake_source(&f, tok);
+        fake_init(&f, FAKE_HASH, mf_tokenizer_vocab_size(tok), 2, 32, mf_tokenizer_eos_id(tok), tok);
         const char *stop[1] = {"e"};
         double t = now_s();
         int bad = 0;
@@ -1496,7 +1489,7 @@ static void test_generate_many(const mf_tokenizer *tok) {
             p.n_stop = i % 2;
             p.sampler = (mf_sampler_params){.temperature = 0.9f, .top_k = 5, .seed = (uint64_t)i};
             mf_generate_result r;
-            if (mf_generate_source(&src, &pr, &p, &r) != MF_OK) bad++;
+            if (fake_generate(&f, &pr, &p, &r) != MF_OK) bad++;
             mf_generate_result_free(&r);
         }
         printf("  200 calls in %.2f s\n", now_s() - t);
@@ -1927,12 +1920,13 @@ static void e2e_device_candidates(fixture_model *fm) {
                 topk_ops[host] = prof_topk;
             }
             if (!ok) return;
-            CHECK(topk_ops[0] == 15 && topk_ops[1] == 0, "%s: kind %d: %d topk ops on the candidate path (want 15), %d with host_sampling",
+            // 16 steps (the prefill's included) each end with one topk op
+            CHECK(topk_ops[0] == 16 && topk_ops[1] == 0, "%s: kind %d: %d topk ops on the candidate path (want 16), %d with host_sampling",
                   fm->name, k, topk_ops[0], topk_ops[1]);
             const mf_generate_stats *a = &r[0].stats;
-            CHECK(a->device_picks + a->logit_reads == a->decode_tokens && r[1].stats.device_picks == 0,
-                  "%s: kind %d: %lld picks + %lld reads != %lld decode tokens", fm->name, k, (long long)a->device_picks,
-                  (long long)a->logit_reads, (long long)a->decode_tokens);
+            CHECK(a->device_picks + a->logit_reads == a->generated_tokens && r[1].stats.device_picks == 0,
+                  "%s: kind %d: %lld picks + %lld reads != %lld tokens", fm->name, k, (long long)a->device_picks,
+                  (long long)a->logit_reads, (long long)a->generated_tokens);
             picks += a->device_picks, reads += a->logit_reads;
             for (int i = 0; i < pr.n; i++) {
                 const mf_generation *x = &r[0].seqs[i], *y = &r[1].seqs[i];

@@ -7,7 +7,12 @@
 // whole context read back through the block tables, so any slip in the
 // bookkeeping changes the tokens.
 //
-//   test_serving [--filter SUBSTRING]
+// Then the same on the tiny fixture models of every family (greedy and seeded
+// sampling, each request alone vs all at once on a pool so small that
+// sequences are preempted and recomputed, with shared prompt prefixes), and
+// abort on a real model returning every block.
+//
+//   test_serving [--filter SUBSTRING] [fixtures dir: tests/fixtures]
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +22,7 @@
 #include "engine/engine_int.h"
 #include "fake_runner.h"
 #include "minfer/backend.h" // mf_fault_alloc_fail_after
+#include "minfer/model.h"
 
 static int n_passed, n_failed;
 static const char *filter;
@@ -47,9 +53,11 @@ static void case_flush(void) {
 }
 
 static bool case_begin(const char *name) {
+    static char copy[256]; // names may be built on the caller's stack
     case_flush();
     if (filter && !strstr(name, filter)) return false;
-    cur_case = name;
+    snprintf(copy, sizeof copy, "%s", name);
+    cur_case = copy;
     case_ok = true;
     return true;
 }
@@ -571,9 +579,124 @@ static void test_random(void) {
     }
 }
 
+// ---- real models ------------------------------------------------------------------------
+
+typedef struct {
+    int32_t prompt[128];
+    int64_t n_prompt, max_tokens;
+    mf_sampler_params sp;
+} real_req;
+
+// Runs reqs[0 .. n) on engine e (all added at once), greedy tokens into outs.
+static bool real_run(mf_engine *e, const real_req *reqs, int n, req_out *outs) {
+    uint64_t ids[16];
+    for (int i = 0; i < n; i++) {
+        const mf_request_params p = {.prompt = reqs[i].prompt, .n_prompt = reqs[i].n_prompt,
+                                     .max_tokens = reqs[i].max_tokens, .sampler = reqs[i].sp, .ignore_eos = true};
+        if (mf_engine_add_request(e, &p, &ids[i]) != MF_OK) {
+            fail("add %d: %s", i, mf_last_error());
+            return false;
+        }
+    }
+    memset(outs, 0, sizeof *outs * (size_t)n);
+    for (int step = 0; step < 5000; step++) {
+        mf_engine_step_result r;
+        if (mf_engine_step(e, &r) != MF_OK) {
+            fail("step: %s", mf_last_error());
+            return false;
+        }
+        check_pool(e);
+        for (int32_t k = 0; k < r.n_events; k++)
+            for (int i = 0; i < n; i++)
+                if (ids[i] == r.events[k].id && r.events[k].token >= 0) outs[i].toks[0][outs[i].n_toks[0]++] = r.events[k].token;
+        if (e->running.n == 0 && e->waiting.n == 0) break;
+    }
+    for (int i = 0; i < n; i++) {
+        mf_request_info info;
+        mf_engine_request_info(e, ids[i], &info);
+        outs[i].n_cached = info.n_cached;
+        mf_engine_release(e, ids[i]);
+    }
+    return true;
+}
+
+static void test_real(const char *fixtures, const char *name) {
+    char title[160], dir[1024];
+    snprintf(title, sizeof title, "engine on %s (cpu): alone = batched = preempted = prefix-cache hit", name);
+    if (!case_begin(title)) return;
+    snprintf(dir, sizeof dir, "%s/models/%s", fixtures, name);
+    mf_backend *be = NULL;
+    mf_model *m = NULL;
+    mf_engine *roomy = NULL, *tight = NULL;
+    if (mf_backend_init("cpu", &be) != MF_OK || mf_model_load(dir, be, NULL, &m) != MF_OK) {
+        fail("%s: %s", name, mf_last_error());
+        goto out;
+    }
+    mf_model_info info;
+    mf_model_get_info(m, &info);
+    enum { N = 10 };
+    static real_req reqs[N];
+    static req_out alone[N], all[N];
+    for (int i = 0; i < N; i++) { // prompts of 5 .. 90 tokens; every third shares request 0's first 48
+        real_req *q = &reqs[i];
+        q->n_prompt = 5 + rnd(86), q->max_tokens = 6 + rnd(25);
+        for (int64_t j = 0; j < q->n_prompt; j++) q->prompt[j] = (int32_t)rnd((uint32_t)info.vocab);
+        if (i % 3 == 0 && i > 0) {
+            if (q->n_prompt < 60) q->n_prompt = 60;
+            memcpy(q->prompt, reqs[0].prompt, 48 * sizeof(int32_t));
+        }
+        q->sp = i % 2 ? (mf_sampler_params){.temperature = 0.8f, .top_p = 0.9f, .seed = (uint64_t)i} : (mf_sampler_params){0};
+    }
+    if (reqs[0].n_prompt < 60) reqs[0].n_prompt = 60;
+    const mf_engine_opts ro = {.kv_blocks = 80, .block_size = 16, .max_seqs = 8, .max_batched_tokens = 64,
+                               .max_model_len = 128, .no_prefix_cache = true};
+    const mf_engine_opts to = {.kv_blocks = 16, .block_size = 16, .max_seqs = 6, .max_batched_tokens = 48,
+                               .max_model_len = 128};
+    if (mf_engine_create(m, &ro, &roomy) != MF_OK || mf_engine_create(m, &to, &tight) != MF_OK) {
+        fail("%s: engine: %s", name, mf_last_error());
+        goto out;
+    }
+    for (int i = 0; i < N; i++)
+        if (!real_run(roomy, &reqs[i], 1, &alone[i])) goto out;
+    if (!real_run(tight, reqs, N, all)) goto out;
+    for (int i = 0; i < N; i++) same_out(&all[i], &alone[i], 1, name, i);
+    mf_engine_stats st;
+    mf_engine_get_stats(tight, &st);
+    printf("    %s: %lld preemptions, %lld prompt tokens from the prefix cache, %lld steps\n", name,
+           (long long)st.preemptions, (long long)st.cached_tokens, (long long)st.steps);
+    CHECK(st.preemptions > 0, "%s: no preemption on a 16-block pool", name);
+    CHECK(st.cached_tokens > 0, "%s: no prefix-cache hit", name);
+    CHECK(st.kv_blocks_used == 0, "%s: %lld blocks held after the end", name, (long long)st.kv_blocks_used);
+    // the same batch again: prompts found in the cache, the same tokens
+    static req_out again[N];
+    if (real_run(tight, reqs, N, again))
+        for (int i = 0; i < N; i++) same_out(&again[i], &alone[i], 1, "again", i);
+    // abort mid-generation frees everything
+    uint64_t id;
+    const mf_request_params p = {.prompt = reqs[1].prompt, .n_prompt = reqs[1].n_prompt, .max_tokens = 40};
+    mf_engine_step_result r;
+    if (mf_engine_add_request(tight, &p, &id) == MF_OK && mf_engine_step(tight, &r) == MF_OK &&
+        mf_engine_step(tight, &r) == MF_OK) {
+        CHECK(mf_engine_abort(tight, id) == MF_OK, "abort: %s", mf_last_error());
+        mf_engine_get_stats(tight, &st);
+        CHECK(st.kv_blocks_used == 0 && st.n_running == 0, "after abort: %lld blocks used, %d running",
+              (long long)st.kv_blocks_used, st.n_running);
+        mf_engine_release(tight, id);
+    } else {
+        fail("abort run: %s", mf_last_error());
+    }
+out:
+    mf_engine_free(roomy);
+    mf_engine_free(tight);
+    mf_model_free(m);
+    mf_backend_free(be);
+}
+
 int main(int argc, char **argv) {
+    const char *fixtures = NULL;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+        else fixtures = argv[i];
     test_busy(200, true, "busy engine, roomy pool: each request as alone");
     test_busy(20, true, "busy engine, tight pool (preemption): each request as alone");
     test_busy(20, false, "busy engine, tight pool, no prefix cache: each request as alone");
@@ -584,6 +707,11 @@ int main(int argc, char **argv) {
     test_faults();
     test_logprobs();
     test_random();
+    if (fixtures) {
+        static const char *const families[] = {"gpt2-tiny",           "llama-tiny",   "llama-tiny-bf16", "llama3-tiny",
+                                               "mistral-window-tiny", "mixtral-tiny", "qwen2-moe-tiny",  "qwen2-tiny"};
+        for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) test_real(fixtures, families[i]);
+    }
     case_flush();
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;

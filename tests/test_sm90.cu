@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(256, 1) s_kernel(const uint16_t *q, const uint
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    cp_async_panels<K, kRows, 256>(sQ, q, K, 0, kRows);
-    cp_async_panels<K, N, 256>(sK, k, K, 0, N);
+    cp_async_panels<K, kRows, 256>(sQ, q, (int64_t)K, 0, kRows); // int64: the stride overload
+    cp_async_panels<K, N, 256>(sK, k, (int64_t)K, 0, N);
     mbar_arrive_cp_async(full);
     mbar_wait(full, 0);
     __syncwarp();
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(256, 1) pv_kernel(const float *p, const uint16
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    cp_async_panels<D, BN, 256>(sV, v, D, 0, BN);
+    cp_async_panels<D, BN, 256>(sV, v, (int64_t)D, 0, BN);
     mbar_arrive_cp_async(full);
     float sc[BN / 2]; // P in the accumulator layout of an m64nBN S
 #pragma unroll

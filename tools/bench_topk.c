@@ -2,7 +2,7 @@
 // their ids, plus the row max and sum exp((x - max) * scale)) on the decode
 // grid vocab {32000 (Llama-2), 128256 (Llama-3), 151936 (Qwen2)} x batch
 // {1, 8, 64} x k {50 (top_k), 1024 (top-p: the cap)}, f32 logits by default
-// (what the engine's LM head writes: src/model/session.c), bf16 on request.
+// (what the LM head writes: src/runtime/step.c), bf16 on request.
 // Per case: p5/p50/p95 microseconds (L2 flushed before every call, so the
 // row's first read comes from device memory; the kernel's later passes over
 // the row may hit L2, as they do after the LM-head GEMM in a decode step),

@@ -164,7 +164,7 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
     err[0] = 0;
     static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--temp", "--top-k", "--top-p",
                                          "--min-p", "--repeat-penalty", "--seed", "--stop", "--backend", "--dtype",
-                                         "--attn", NULL};
+                                         NULL};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (mf_args_is_help(a)) return MF_ARGS_HELP;
@@ -216,8 +216,6 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
         } else if (!strcmp(a, "--dtype")) {
             if (!model_dtype_of(v, &o->dtype, &o->dtype_auto))
                 return mf_args_bad(err, "--dtype %.80s: not auto, bf16, f16 or f32", v);
-        } else if (!strcmp(a, "--attn")) {
-            o->attn = v;
         }
         if (r != MF_ARGS_OK) return r;
     }

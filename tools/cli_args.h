@@ -51,7 +51,6 @@ typedef struct {
     int n_stop;
     bool ignore_eos;               // --ignore-eos
     mf_bos_mode bos;               // --bos / --no-bos (MF_BOS_AUTO)
-    const char *attn;              // --attn flash|classic (NULL: flash; the library checks the name)
     bool no_graphs;                // --no-graphs: decode steps launch their ops (no CUDA Graphs)
 } mf_generate_opts;
 

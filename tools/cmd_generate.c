@@ -1,6 +1,6 @@
 // minfer generate -m DIR -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
 //                 [--repeat-penalty R] [--seed S] [--stop STR]... [--ignore-eos]
-//                 [--bos | --no-bos] [--backend auto|cpu|cuda] [--dtype auto|bf16|f16|f32] [--attn flash|classic]
+//                 [--bos | --no-bos] [--backend auto|cpu|cuda] [--dtype auto|bf16|f16|f32]
 //
 // The generated text goes to stdout as it is produced (then one newline);
 // logs, the seed when chosen at random and a last line of statistics go to
@@ -34,8 +34,6 @@ static void help(FILE *f) {
             "  --backend B           auto (default), cpu or cuda\n"
             "  --dtype D             auto (default: CUDA bf16; CPU keeps a checkpoint's f16/bf16 weights),\n"
             "                        bf16, f16 or f32 (the CPU computes in f32: D is its weights' storage)\n"
-            "  --attn A              flash (mf_attention over the KV cache; default) or classic\n"
-            "                        (QK^T GEMM, softmax, PV GEMM: the reference)\n"
             "  --no-graphs           launch every op of a decode step (default on CUDA: replay a\n"
             "                        recorded CUDA Graph per step)\n",
             MF_ARGS_MAX_STOP);
@@ -75,7 +73,7 @@ int mf_cmd_generate(int argc, char **argv) {
         mf_cli_fail("generate: backend");
         goto done;
     }
-    mf_model_opts mo = {.dtype = o.dtype, .dtype_auto = o.dtype_auto, .attn = o.attn, .verbose = true};
+    mf_model_opts mo = {.dtype = o.dtype, .dtype_auto = o.dtype_auto, .verbose = true}; // flash: the engine's
     if (mf_model_load(o.dir, be, &mo, &m) != MF_OK) {
         mf_cli_fail("generate: %s", o.dir);
         goto done;

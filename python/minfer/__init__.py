@@ -32,7 +32,7 @@ __version__ = "0.1.0"  # tests check that it matches mf_version()
 
 __all__ = [
     "MinferError", "UnsupportedError", "version", "build_info", "cuda_available", "library_path",
-    "backend", "synchronize", "gemm", "add_norm", "embed", "add", "softmax", "moe", "attention",
+    "backend", "synchronize", "gemm", "add_norm", "embed", "add", "softmax", "moe", "attention", "Model", "Engine",
 ]
 
 
@@ -676,3 +676,6 @@ def _call_attention(args, views):
         args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes.value
     _call("attention", "mf_attention", args, views)
     del ws
+
+
+from .engine import Engine, Model  # noqa: E402  (models and the serving engine)

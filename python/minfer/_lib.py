@@ -155,6 +155,78 @@ class AttentionArgs(ctypes.Structure):
     ]
 
 
+# ---- the serving engine (include/minfer/engine.h, generate.h) --------------------
+
+class SamplerParams(ctypes.Structure):
+    _fields_ = [
+        ("temperature", ctypes.c_float), ("top_k", ctypes.c_int32), ("top_p", ctypes.c_float),
+        ("min_p", ctypes.c_float), ("repetition_penalty", ctypes.c_float), ("seed", ctypes.c_uint64),
+    ]
+
+
+class EngineOpts(ctypes.Structure):
+    _fields_ = [
+        ("kv_blocks", ctypes.c_int64), ("kv_bytes", ctypes.c_int64), ("block_size", ctypes.c_int32),
+        ("max_batched_tokens", ctypes.c_int64), ("max_seqs", ctypes.c_int32), ("max_model_len", ctypes.c_int64),
+        ("no_prefix_cache", ctypes.c_bool),
+    ]
+
+
+class RequestParams(ctypes.Structure):
+    _fields_ = [
+        ("prompt", ctypes.POINTER(ctypes.c_int32)), ("n_prompt", ctypes.c_int64), ("max_tokens", ctypes.c_int64),
+        ("n", ctypes.c_int32), ("sampler", SamplerParams),
+        ("stop", ctypes.POINTER(ctypes.c_char_p)), ("n_stop", ctypes.c_int32),
+        ("stop_ids", ctypes.POINTER(ctypes.c_int32)), ("n_stop_ids", ctypes.c_int32),
+        ("ignore_eos", ctypes.c_bool), ("logprobs", ctypes.c_bool), ("top_logprobs", ctypes.c_int32),
+        ("no_text", ctypes.c_bool), ("host_sampling", ctypes.c_bool),
+    ]
+
+
+class EngineEvent(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint64), ("seq", ctypes.c_int32), ("token", ctypes.c_int32), ("logprob", ctypes.c_float),
+        ("n_top", ctypes.c_int32), ("top_ids", ctypes.POINTER(ctypes.c_int32)),
+        ("top_logprobs", ctypes.POINTER(ctypes.c_float)), ("text", ctypes.c_void_p), ("text_len", ctypes.c_size_t),
+        ("finish", ctypes.c_int),
+    ]
+
+
+class EngineStepResult(ctypes.Structure):
+    _fields_ = [
+        ("n_events", ctypes.c_int32), ("events", ctypes.POINTER(EngineEvent)), ("n_decode", ctypes.c_int32),
+        ("n_prefill", ctypes.c_int32), ("n_tokens", ctypes.c_int64), ("n_preempted", ctypes.c_int32),
+    ]
+
+
+class RequestInfo(ctypes.Structure):
+    _fields_ = [
+        ("n", ctypes.c_int32), ("n_prompt", ctypes.c_int64), ("n_cached", ctypes.c_int64),
+        ("finished", ctypes.c_bool), ("n_preempted", ctypes.c_int32), ("t_queued", ctypes.c_double),
+        ("t_first", ctypes.c_double), ("t_last", ctypes.c_double),
+    ]
+
+
+class SeqInfo(ctypes.Structure):
+    _fields_ = [
+        ("tokens", ctypes.POINTER(ctypes.c_int32)), ("n_tokens", ctypes.c_int64),
+        ("logprobs", ctypes.POINTER(ctypes.c_float)), ("top_ids", ctypes.POINTER(ctypes.c_int32)),
+        ("top_logprobs", ctypes.POINTER(ctypes.c_float)), ("n_top", ctypes.c_int32), ("text", ctypes.c_void_p),
+        ("text_len", ctypes.c_size_t), ("finish", ctypes.c_int),
+    ]
+
+
+class EngineStats(ctypes.Structure):
+    _fields_ = [
+        ("n_running", ctypes.c_int32), ("n_waiting", ctypes.c_int32), ("kv_blocks", ctypes.c_int64),
+        ("kv_blocks_used", ctypes.c_int64), ("kv_blocks_cached", ctypes.c_int64), ("block_size", ctypes.c_int32),
+        ("max_model_len", ctypes.c_int64), ("max_batched_tokens", ctypes.c_int64), ("max_seqs", ctypes.c_int32),
+        ("prompt_tokens", ctypes.c_int64), ("cached_tokens", ctypes.c_int64), ("generated_tokens", ctypes.c_int64),
+        ("preemptions", ctypes.c_int64), ("steps", ctypes.c_int64), ("device_picks", ctypes.c_int64),
+        ("logit_reads", ctypes.c_int64), ("kv_bytes", ctypes.c_int64),
+    ]
+
+
 # ---- the library ----------------------------------------------------------------
 
 _c_status = ctypes.c_int
@@ -184,6 +256,25 @@ _PROTOTYPES = {
     "mf_moe_workspace": (_c_status, [_vp, ctypes.POINTER(MoeArgs), ctypes.POINTER(ctypes.c_size_t)]),
     "mf_attention": (_c_status, [_vp, ctypes.POINTER(AttentionArgs)]),
     "mf_attention_workspace": (_c_status, [_vp, ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_size_t)]),
+    # models, tokenizers, the serving engine
+    "mf_model_load": (_c_status, [ctypes.c_char_p, _vp, _vp, ctypes.POINTER(_vp)]),
+    "mf_model_free": (None, [_vp]),
+    "mf_model_tokenizer": (_vp, [_vp]),
+    "mf_generate_encode_prompt": (_c_status, [_vp, ctypes.c_char_p, ctypes.c_int, ctypes.c_int32,
+                                              ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)),
+                                              ctypes.POINTER(ctypes.c_int64)]),
+    "mf_tokenizer_decode": (_c_status, [_vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64,
+                                        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]),
+    "mf_tokenizer_free_buffer": (None, [_vp]),
+    "mf_engine_create": (_c_status, [_vp, ctypes.POINTER(EngineOpts), ctypes.POINTER(_vp)]),
+    "mf_engine_free": (None, [_vp]),
+    "mf_engine_add_request": (_c_status, [_vp, ctypes.POINTER(RequestParams), ctypes.POINTER(ctypes.c_uint64)]),
+    "mf_engine_step": (_c_status, [_vp, ctypes.POINTER(EngineStepResult)]),
+    "mf_engine_abort": (_c_status, [_vp, ctypes.c_uint64]),
+    "mf_engine_release": (_c_status, [_vp, ctypes.c_uint64]),
+    "mf_engine_request_info": (_c_status, [_vp, ctypes.c_uint64, ctypes.POINTER(RequestInfo)]),
+    "mf_engine_seq_info": (_c_status, [_vp, ctypes.c_uint64, ctypes.c_int32, ctypes.POINTER(SeqInfo)]),
+    "mf_engine_get_stats": (_c_status, [_vp, ctypes.POINTER(EngineStats)]),
 }
 
 # Functions that may be missing from an older or partial build: their wrappers
@@ -277,4 +368,12 @@ LAYOUT = {
     "mf_attention_args": (AttentionArgs, ["q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "k_lens",
                                           "slots", "block_table", "batch", "max_q_len", "max_k_len", "scale", "causal", "window",
                                           "num_splits", "workspace", "workspace_bytes"]),
+    "mf_sampler_params": (SamplerParams, [f for f, _ in SamplerParams._fields_]),
+    "mf_engine_opts": (EngineOpts, [f for f, _ in EngineOpts._fields_]),
+    "mf_request_params": (RequestParams, [f for f, _ in RequestParams._fields_]),
+    "mf_engine_event": (EngineEvent, [f for f, _ in EngineEvent._fields_]),
+    "mf_engine_step_result": (EngineStepResult, [f for f, _ in EngineStepResult._fields_]),
+    "mf_request_info": (RequestInfo, [f for f, _ in RequestInfo._fields_]),
+    "mf_seq_info": (SeqInfo, [f for f, _ in SeqInfo._fields_]),
+    "mf_engine_stats": (EngineStats, [f for f, _ in EngineStats._fields_]),
 }

@@ -281,10 +281,11 @@ mf_status mf_engine_release(mf_engine *e, uint64_t id) {
 static mf_run_kind step_kind(const mf_engine *e, int32_t *k, float *scale) {
     bool logits = false, cand = false;
     *k = 0, *scale = 0.0f;
+    if (!e->r.read_logits) return MF_RUN_LOGITS; // a runner without device reductions
     for (int32_t i = 0; i < e->n_sched; i++) {
         const eng_req *q = e->sched[i]->req;
         if (e->sched[i]->step_row < 0 || (q->greedy && !q->need_logits)) continue;
-        if (q->need_logits || !e->r.read_logits) {
+        if (q->need_logits) {
             logits = true;
             continue;
         }

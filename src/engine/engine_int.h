@@ -10,7 +10,7 @@
 #ifndef MF_ENGINE_ENGINE_INT_H
 #define MF_ENGINE_ENGINE_INT_H
 
-#include "engine/runner.h"
+#include "runtime/runner.h"
 #include "engine/sampler.h"
 #include "engine/textout.h"
 #include "minfer/engine.h"

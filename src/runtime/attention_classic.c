@@ -57,8 +57,9 @@ static mf_status classic_block(mf_session *s, int32_t layer, const mf_fwd_seg *g
     const int64_t qkv_w = (H + 2 * G) * D, ctx_w = H * D;
     const mf_dtype dt = s->m->dtype;
     const mf_device dev = mf_backend_device(s->be);
-    const mf_tensor kc = mf_kv_cache_view(&s->kv, layer, 0, g->slot, k0, 1);
-    const mf_tensor vc = mf_kv_cache_view(&s->kv, layer, 1, g->slot, k0, 1);
+    const int64_t row0 = (int64_t)g->slot * s->dims.slot_len + k0; // a slot's tokens are one run of the pool
+    const mf_tensor kc = mf_kv_cache_rows(&s->kv, layer, 0, row0, 1);
+    const mf_tensor vc = mf_kv_cache_rows(&s->kv, layer, 1, row0, 1);
     const int64_t tk = k1 - k0, ld = (tk + 7) / 8 * 8;
     const int64_t row = g->row0 + q0; // first query row in s->dev.qkv / s->dev.ctx
     const bool view = nq == 1 || grp == 1; // Q and O as strided views, no copies

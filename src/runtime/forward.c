@@ -66,15 +66,19 @@ static mf_status norm(mf_session *s, const char *what, const mf_tensor *x, const
 
 // All segments of the step in one mf_attention over the cache (cache mode:
 // segment i is q rows [seg_cu[i], seg_cu[i+1]) against keys [0, seg_klen[i])
-// of slot seg_slot[i]); causal, and windowed when the model slides.
+// of slot seg_slot[i], or, in a runner's step, of the blocks its row of the
+// block tables names); causal, and windowed when the model slides.
 static mf_status attention_flash(mf_session *s, int32_t l, int32_t n_segs, int64_t T) {
     const mf_dec_spec *sp = &s->m->spec;
     const int64_t H = sp->n_heads, D = sp->head_dim;
     const mf_tensor cu = mf_rows_of(&s->dev.seg_cu, 0, n_segs + 1), slot = mf_rows_of(&s->dev.seg_slot, 0, n_segs),
-                    klen = mf_rows_of(&s->dev.seg_klen, 0, n_segs);
-    mf_attention_args a = {.q = heads_of(&s->dev.qkv, 0, T, 0, H, D), .k = mf_kv_cache_layer(&s->kv, l, 0),
-                           .v = mf_kv_cache_layer(&s->kv, l, 1), .o = heads_of(&s->dev.ctx, 0, T, 0, H, D),
-                           .cu_seqlens_q = &cu, .k_lens = &klen, .slots = &slot, .batch = n_segs,
+                    klen = mf_rows_of(&s->dev.seg_klen, 0, n_segs), tab = mf_rows_of(&s->dev.tables, 0, n_segs);
+    const bool paged = s->call.paged;
+    mf_attention_args a = {.q = heads_of(&s->dev.qkv, 0, T, 0, H, D),
+                           .k = paged ? mf_kv_cache_pool(&s->kv, l, 0) : mf_kv_cache_slots(&s->kv, l, 0, s->dims.slot_len),
+                           .v = paged ? mf_kv_cache_pool(&s->kv, l, 1) : mf_kv_cache_slots(&s->kv, l, 1, s->dims.slot_len),
+                           .o = heads_of(&s->dev.ctx, 0, T, 0, H, D), .cu_seqlens_q = &cu, .k_lens = &klen,
+                           .slots = paged ? NULL : &slot, .block_table = paged ? &tab : NULL, .batch = n_segs,
                            .max_q_len = s->host.max_q,
                            // decode steps bound the keys by max_seq, as a recorded graph must: the
                            // split-KV choice, and so the rounding, is then the same with and without graphs
@@ -95,9 +99,10 @@ static mf_status attention_block(mf_session *s, int32_t l, const mf_tensor *x, c
     const mf_tensor qkv = mf_rows_of(&s->dev.qkv, 0, T);
     MF_TRY(linear(s, "qkv", x, L->qkv, L->n_qkv, &qkv, MF_EPILOGUE_NONE));
     const mf_tensor q = heads_of(&qkv, 0, T, 0, H, D);
+    const mf_tensor slot_map = mf_rows_of(&s->dev.slot_map, 0, T);
     mf_kv_write_args kw = {.k = heads_of(&qkv, 0, T, H * D, G, D), .v = heads_of(&qkv, 0, T, (H + G) * D, G, D),
-                           .k_cache = mf_kv_cache_layer(&s->kv, l, 0), .v_cache = mf_kv_cache_layer(&s->kv, l, 1),
-                           .slot = mf_rows_of(&s->dev.tok_slot, 0, T), .pos = mf_rows_of(&s->dev.pos, 0, T)};
+                           .k_cache = mf_kv_cache_pool(&s->kv, l, 0), .v_cache = mf_kv_cache_pool(&s->kv, l, 1),
+                           .slot_mapping = &slot_map, .pos = mf_rows_of(&s->dev.pos, 0, T)};
     if (!sp->learned_pos) kw.q = &q, kw.inv_freq = &s->m->w.inv_freq;
     MF_TRY(mf_kv_write(mf_role(s, sp->learned_pos ? "kv" : "rope_kv"), &kw));
     MF_TRY(s->m->attn == MF_ATTN_CLASSIC ? mf_attention_classic(s, l, n_segs) : attention_flash(s, l, n_segs, T));

@@ -12,7 +12,8 @@ static void drop(mf_graph *g, mf_backend *be) {
 mf_graph *mf_graph_find(mf_graph_cache *c, const mf_graph_key *key) {
     for (int i = 0; i < MF_SESSION_GRAPHS; i++) {
         const mf_graph_key *k = &c->g[i].key;
-        if (k->n_seqs == key->n_seqs && k->kind == key->kind && k->k == key->k && k->scale == key->scale)
+        if (k->n_seqs == key->n_seqs && k->kind == key->kind && k->k == key->k && k->scale == key->scale &&
+            k->paged == key->paged)
             return &c->g[i];
     }
     return NULL;

@@ -19,6 +19,7 @@ typedef struct {
     int kind;                // what the step ends with: logits, their argmax, or top-k (step.c)
     int32_t k;               // top-k: candidates per row (else 0)
     float scale;             // top-k: the scale of the row sums (else 0)
+    bool paged;              // keys read through block tables (a runner's step) or from slots
 } mf_graph_key;
 
 typedef struct {

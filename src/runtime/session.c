@@ -1,6 +1,6 @@
-// Sessions: slots with a KV cache, scratch carved once (sizes, device
-// scratch, workspaces, host staging), settings and statistics. A forward
-// call over a session is step.c's.
+// Sessions: a KV block pool (slots, or an engine's), scratch carved once
+// (sizes, device scratch, workspaces, host staging), settings and
+// statistics. A call over a session is step.c's.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,13 +16,18 @@ enum {
     kMaxStepTokens = 8192,  // token rows per step: bounds the activations (longer inputs are split)
     kMaxLogitRows = 64,     // LM-head rows per GEMM in MF_LOGITS_ALL mode (bounds the f32 logits buffer)
     kMaxBatch = 1 << 16,
+    kSlotBlock = 64,        // a slot session's block size (docs/notes/engine.md): slots round up to it
 };
 static const int64_t kScoresBudget = (int64_t)256 << 20; // bytes of S (+ P) per attention block
 
-static void session_dims(const mf_model *m, int32_t B, int64_t S, mf_session_dims *d) {
-    const int64_t bs = (int64_t)B * S;
-    const int64_t T = bs < kMaxStepTokens ? bs : kMaxStepTokens;
-    *d = (mf_session_dims){.step_tokens = T, .n_rows = B < T ? B : T};
+// Sizes of a session of B slots (or an engine's B sequences a step) of S
+// tokens, T token rows a step (0: min(B S, kMaxStepTokens)), blocks of bs tokens.
+static void session_dims(const mf_model *m, int32_t B, int64_t S, int64_t T, int32_t bs, bool engine,
+                         mf_session_dims *d) {
+    if (T == 0) T = (int64_t)B * S < kMaxStepTokens ? (int64_t)B * S : kMaxStepTokens;
+    *d = (mf_session_dims){.step_tokens = T, .n_rows = B < T ? B : T, .block_size = bs,
+                           .table_w = (int32_t)((S + bs - 1) / bs)};
+    d->slot_len = engine ? 0 : (int64_t)d->table_w * bs;
     if (m->attn == MF_ATTN_CLASSIC) { // the scores buffer: H x q_block x ld, within kScoresBudget
         d->scores_ld = (S + 7) / 8 * 8;
         const int64_t probs_es = m->dtype == MF_DTYPE_F32 ? 0 : (int64_t)mf_dtype_size(m->dtype);
@@ -74,7 +79,7 @@ static mf_status carve(mf_session_scratch *x, const mf_model *m, const mf_sessio
             MF_TRY(take(c, &x->probs, dt, nsc, 0));
         if (G != H) MF_TRY(take(c, &x->ctx_hm, dt, H * d->q_block * D, 0));
     }
-    MF_TRY(take(c, &x->step_i32, MF_DTYPE_I32, 3 * T + 3 * R + 1, 0));
+    MF_TRY(take(c, &x->step_i32, MF_DTYPE_I32, 3 * T + 3 * R + 1 + R * d->table_w, 0));
     MF_TRY(take(c, &x->rows, MF_DTYPE_I32, R, 0));
     MF_TRY(take(c, &x->gathered, dt, R, sp->hidden));
     MF_TRY(take(c, &x->logits, MF_DTYPE_F32, d->logit_rows, sp->vocab));
@@ -126,11 +131,15 @@ static mf_status alloc_attn_workspace(mf_session *s) {
         q.shape[0] = o.shape[0] = nq * R;
         q.shape[1] = o.shape[1] = H, q.shape[2] = o.shape[2] = D;
         q.stride[1] = o.stride[1] = D, q.stride[2] = o.stride[2] = 1;
-        const mf_tensor cu = s->dev.seg_cu, slot = s->dev.seg_slot, klen = s->dev.seg_klen;
-        mf_attention_args a = {.q = q, .k = mf_kv_cache_layer(&s->kv, 0, 0), .v = mf_kv_cache_layer(&s->kv, 0, 1),
-                               .o = o, .cu_seqlens_q = &cu, .k_lens = &klen, .slots = &slot, .batch = (int32_t)R,
+        const mf_tensor cu = s->dev.seg_cu, slot = s->dev.seg_slot, klen = s->dev.seg_klen, tab = s->dev.tables;
+        mf_attention_args a = {.o = o, .q = q, .cu_seqlens_q = &cu, .k_lens = &klen, .batch = (int32_t)R,
                                .max_q_len = nq, .max_k_len = s->max_seq, .scale = 1.0f / sqrtf((float)D),
                                .causal = true, .window = sp->sliding_window};
+        if (s->engine) // the pool through block tables (the split-KV work is the same either way)
+            a.k = mf_kv_cache_pool(&s->kv, 0, 0), a.v = mf_kv_cache_pool(&s->kv, 0, 1), a.block_table = &tab;
+        else
+            a.k = mf_kv_cache_slots(&s->kv, 0, 0, s->dims.slot_len), a.v = mf_kv_cache_slots(&s->kv, 0, 1, s->dims.slot_len),
+            a.slots = &slot;
         size_t bytes = 0;
         MF_TRY(mf_attention_workspace(s->be, &a, &bytes));
         if (bytes > most) most = bytes;
@@ -216,8 +225,9 @@ mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t m
     MF_TRY(check_size(fn, m, max_batch, max_seq));
     const mf_dec_spec *sp = &m->spec;
     mf_session_dims d;
-    session_dims(m, max_batch, max_seq, &d);
-    out->kv_bytes = mf_kv_cache_bytes(sp->n_layers, max_batch, max_seq, sp->n_kv_heads, sp->head_dim, m->dtype);
+    session_dims(m, max_batch, max_seq, 0, kSlotBlock, false, &d);
+    out->kv_bytes = mf_kv_cache_bytes(sp->n_layers, (int64_t)max_batch * d.table_w, d.block_size, sp->n_kv_heads,
+                                      sp->head_dim, m->dtype);
     out->scratch_bytes = scratch_bytes(m, &d);
     size_t moe = 0;
     MF_TRY(moe_ws_bytes(m, d.step_tokens, &moe));
@@ -231,7 +241,7 @@ static mf_status alloc_host(mf_session_staging *h, int32_t max_batch, const mf_s
     const int64_t T = d->step_tokens, R = d->n_rows;
     h->len = mf_calloc((size_t)max_batch, sizeof *h->len);
     h->seen = mf_calloc((size_t)max_batch, 1);
-    h->step = mf_malloc((size_t)(3 * T + 3 * R + 1) * sizeof *h->step);
+    h->step = mf_malloc((size_t)(3 * T + 3 * R + 1 + R * d->table_w) * sizeof *h->step);
     h->rows = mf_malloc((size_t)R * sizeof *h->rows);
     h->argmax = mf_malloc((size_t)(2 * R) * sizeof *h->argmax);
     h->topk = mf_malloc((size_t)(R * (2 * MF_TOPK_MAX + 2)) * sizeof *h->topk);
@@ -254,12 +264,10 @@ static mf_status alloc_scratch(mf_session *s) {
     return carve(&s->dev, s->m, &s->dims, &c);
 }
 
-mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out) {
-    static const char fn[] = "session_create";
-    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);
-    *out = NULL;
-    if (!m) return mf_fail(MF_ERR_INVALID_ARG, "%s: model is NULL", fn);
-    MF_TRY(check_size(fn, m, max_batch, max_seq));
+// A session of max_batch slots of max_seq tokens (engine: a pool of
+// n_blocks blocks for max_batch sequences a step), T rows a step (0: the default).
+static mf_status create(const char *fn, mf_model *m, int32_t max_batch, int64_t max_seq, int64_t T, int32_t n_blocks,
+                        int32_t bs, bool engine, mf_session **out) {
     mf_session *s = mf_calloc(1, sizeof *s);
     if (!s) return mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
     const mf_dec_spec *sp = &m->spec;
@@ -267,11 +275,19 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
     s->be = m->be;
     s->max_batch = max_batch;
     s->max_seq = max_seq;
-    session_dims(m, max_batch, max_seq, &s->dims);
+    s->engine = engine;
+    session_dims(m, max_batch, max_seq, T, bs, engine, &s->dims);
     s->graphs.on = graphs_possible(s);
-    mf_status st = alloc_host(&s->host, max_batch, &s->dims);
+    const int64_t blocks = engine ? n_blocks : (int64_t)max_batch * s->dims.table_w;
+    // the KV cache first: it is the allocation a size fails on, and its message says so
+    mf_status st = MF_OK;
+    if (blocks > INT32_MAX) // beyond any memory (2^31 blocks of 64 tokens)
+        st = mf_fail(MF_ERR_OOM, "%s: cannot allocate the KV cache (%.3g bytes: %d layers x %lld blocks of %d tokens)", fn,
+                     (double)mf_kv_cache_bytes(sp->n_layers, blocks, bs, sp->n_kv_heads, sp->head_dim, m->dtype),
+                     sp->n_layers, (long long)blocks, bs);
     if (st == MF_OK)
-        st = mf_kv_cache_init(&s->kv, s->be, m->dtype, sp->n_layers, max_batch, max_seq, sp->n_kv_heads, sp->head_dim);
+        st = mf_kv_cache_init(&s->kv, s->be, m->dtype, sp->n_layers, (int32_t)blocks, bs, sp->n_kv_heads, sp->head_dim);
+    if (st == MF_OK) st = alloc_host(&s->host, max_batch, &s->dims);
     if (st == MF_OK) st = alloc_scratch(s);
     if (st == MF_OK && m->attn == MF_ATTN_FLASH) st = alloc_attn_workspace(s);
     if (st == MF_OK) st = alloc_moe_workspace(s);
@@ -282,6 +298,32 @@ mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_
     }
     *out = s;
     return MF_OK;
+}
+
+mf_status mf_session_create(mf_model *m, int32_t max_batch, int64_t max_seq, mf_session **out) {
+    static const char fn[] = "session_create";
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!m) return mf_fail(MF_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    MF_TRY(check_size(fn, m, max_batch, max_seq));
+    return create(fn, m, max_batch, max_seq, 0, 0, kSlotBlock, false, out);
+}
+
+mf_status mf_session_create_paged(mf_model *m, int32_t max_seqs, int64_t max_model_len, int64_t max_tokens,
+                                  int32_t n_blocks, int32_t block_size, mf_session **out) {
+    static const char fn[] = "session_create_paged";
+    if (!out) return mf_fail(MF_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!m) return mf_fail(MF_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    MF_TRY(check_size(fn, m, max_seqs, max_model_len));
+    if (m->attn != MF_ATTN_FLASH)
+        return mf_fail(MF_ERR_UNSUPPORTED, "%s: the serving engine runs flash attention (the model was loaded with attn "
+                       "classic)", fn);
+    if (max_tokens < 1 || max_tokens > (1 << 20) || n_blocks < 1 || block_size < 1 ||
+        (int64_t)n_blocks * block_size > INT32_MAX)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: max_tokens %lld, %d blocks of %d tokens", fn, (long long)max_tokens,
+                       n_blocks, block_size);
+    return create(fn, m, max_seqs, max_model_len, max_tokens, n_blocks, block_size, true, out);
 }
 
 void mf_session_free(mf_session *s) {

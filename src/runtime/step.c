@@ -1,8 +1,10 @@
-// A forward call over a session: the argument checks, the input split into
-// steps (each staged and uploaded in one copy, then run through the layers by
+// A call over a session: the argument checks, the input split into steps
+// (each staged and uploaded in one copy, then run through the layers by
 // forward.c), decode steps recorded and replayed as graphs, and the LM head
 // with its read-back. One entry (forward) takes an output request; the public
-// mf_session_forward, _greedy and _topk only build it.
+// mf_session_forward, _greedy and _topk only build it. The serving engine's
+// runner (mf_session_runner) runs batches of sequences whose keys live in
+// the blocks of their block tables through the same steps.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 
 #include "core/error.h"
 #include "runtime/forward.h"
+#include "runtime/runner.h"
 #include "runtime/session.h"
 
 // What a call returns for its LM-head rows: each sequence's last new token
@@ -32,6 +35,8 @@ typedef struct {
 static mf_status check_forward(const char *fn, mf_session *s, int32_t n_seqs, const int32_t *seq_ids,
                                const int32_t *tokens, const int64_t *offsets, mf_logits_mode mode) {
     if (!s) return mf_fail(MF_ERR_INVALID_ARG, "%s: session is NULL", fn);
+    if (s->engine)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: this session is a serving engine's block pool (it has no slots)", fn);
     if (n_seqs < 1 || n_seqs > s->max_batch)
         return mf_fail(MF_ERR_INVALID_ARG, "%s: n_seqs %d not in [1, max_batch %d]", fn, n_seqs, s->max_batch);
     if (!seq_ids || !tokens || !offsets)
@@ -76,7 +81,7 @@ static mf_status stage_step(mf_session *s, int32_t n_seqs, const int32_t *seq_id
                             const int64_t *offsets, int32_t i0, int64_t c0, int64_t c1, int32_t *n_segs_out) {
     mf_session_staging *h = &s->host;
     const int64_t T = c1 - c0;
-    int32_t *ids = h->step, *pos = h->step + T, *tok_slot = h->step + 2 * T;
+    int32_t *ids = h->step, *pos = h->step + T, *slot_map = h->step + 2 * T;
     int32_t n_segs = 0;
     h->max_q = 0, h->max_k = 0;
     for (int32_t i = i0; i < n_seqs && offsets[i] < c1; i++) {
@@ -89,12 +94,12 @@ static mf_status stage_step(mf_session *s, int32_t n_seqs, const int32_t *seq_id
         for (int64_t r = a; r < b; r++) {
             ids[r - c0] = tokens[r];
             pos[r - c0] = (int32_t)(g->pos0 + (r - a));
-            tok_slot[r - c0] = g->slot;
+            slot_map[r - c0] = (int32_t)(g->slot * s->dims.slot_len + pos[r - c0]); // a slot's run of rows
         }
         if (g->n > h->max_q) h->max_q = g->n;
         if (g->pos0 + g->n > h->max_k) h->max_k = g->pos0 + g->n;
     }
-    mf_step_views(s, T, n_segs);
+    const size_t n_i32 = (size_t)mf_step_views(s, T, n_segs); // no block tables: slots
     h->seg_cu[0] = 0;
     for (int32_t i = 0; i < n_segs; i++) {
         const mf_fwd_seg *g = &h->segs[i];
@@ -103,7 +108,6 @@ static mf_status stage_step(mf_session *s, int32_t n_seqs, const int32_t *seq_id
         h->seg_klen[i] = (int32_t)(g->pos0 + g->n);
     }
     *n_segs_out = n_segs;
-    const size_t n_i32 = (size_t)(3 * T + 3 * (int64_t)n_segs + 1);
     mf_op_begin(mf_role(s, "step"), "h2d");
     const mf_status st = mf_backend_copy(s->be, s->dev.step_i32.data, h->step, n_i32 * sizeof(int32_t), MF_COPY_H2D);
     mf_op_end(s->be, "h2d");
@@ -230,7 +234,8 @@ static mf_status head_step(mf_session *s, const mf_tensor *hid, int32_t n_segs, 
 // MF_ERR_UNSUPPORTED: the caller runs the step plainly.
 static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
     mf_graph_cache *c = &s->graphs;
-    const mf_graph_key key = {.n_seqs = n_segs, .kind = (int)out->kind, .k = out->k, .scale = out->scale};
+    const mf_graph_key key = {.n_seqs = n_segs, .kind = (int)out->kind, .k = out->k, .scale = out->scale,
+                              .paged = s->call.paged};
     s->host.max_q = 1, s->host.max_k = s->max_seq;
     const int64_t ops0 = s->call.hook.ops;
     mf_graph *g = mf_graph_find(c, &key);
@@ -271,7 +276,7 @@ static mf_status graph_step(mf_session *s, int32_t n_segs, const fwd_out *out) {
 static mf_status forward_run(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
                              const int64_t *offsets, const fwd_out *out) {
     mf_session_calls *c = &s->call;
-    c->t0 = now_us(), c->host_us = -1, c->launches = -1, c->graph = false;
+    c->t0 = now_us(), c->host_us = -1, c->launches = -1, c->graph = false, c->paged = false;
     s->host.kept_first = 0, s->host.kept_rows = 0;
     const int64_t total = offsets[n_seqs];
     if (s->graphs.on && !c->prof_on && out && total == n_seqs && total <= s->dims.step_tokens &&
@@ -305,16 +310,21 @@ static mf_status forward_run(mf_session *s, int32_t n_seqs, const int32_t *seq_i
     return MF_OK;
 }
 
-// forward_run with the session's op hook on the backend for the call
-// (counting its ops, bracketing them for the profiler).
-static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
-                         const int64_t *offsets, const fwd_out *out) {
+// The session's op hook on the backend for a call (counting its ops,
+// bracketing them for the profiler); hook_off after it.
+static void hook_on(mf_session *s) {
     const mf_session_calls *c = &s->call;
     s->call.hook = (mf_op_hook){.begin = c->prof_on ? c->prof.begin : NULL, .end = c->prof_on ? c->prof.end : NULL,
                                 .user = c->prof.user};
     s->be->hook = &s->call.hook;
+}
+static void hook_off(mf_session *s) { s->be->hook = NULL; }
+
+static mf_status forward(mf_session *s, int32_t n_seqs, const int32_t *seq_ids, const int32_t *tokens,
+                         const int64_t *offsets, const fwd_out *out) {
+    hook_on(s);
     const mf_status st = forward_run(s, n_seqs, seq_ids, tokens, offsets, out);
-    s->be->hook = NULL;
+    hook_off(s);
     return st;
 }
 
@@ -362,4 +372,144 @@ mf_status mf_session_read_logits(mf_session *s, int32_t row, float *logits) {
     const int64_t vocab = s->m->spec.vocab; // the hook is off between calls: this read is no op of the last call
     return mf_backend_copy(s->be, logits, (const float *)s->dev.logits.data + (row - h->kept_first) * vocab,
                            (size_t)vocab * sizeof(float), MF_COPY_D2H);
+}
+
+// ---- the serving engine's runner ------------------------------------------------------------------
+
+// Every field of a runner batch the session relies on (the engine is the
+// caller, but a wrong table would write into another sequence's blocks).
+static mf_status check_batch(const mf_session *s, const mf_run_batch *b) {
+    static const char fn[] = "session runner";
+    const int32_t n = b->n_seqs, W = s->dims.table_w, bs = s->dims.block_size;
+    if (n < 1 || n > s->dims.n_rows || !b->tokens || !b->cu || !b->pos0 || !b->tables || !b->out)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %d sequences (want 1 .. %lld, every array given)", fn, n,
+                       (long long)s->dims.n_rows);
+    if (b->cu[0] != 0 || b->cu[n] > s->dims.step_tokens)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: %d tokens in a step of at most %lld", fn, b->cu[n],
+                       (long long)s->dims.step_tokens);
+    int32_t outs = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t len = b->cu[i + 1] - b->cu[i], end = (int64_t)b->pos0[i] + len;
+        if (len < 1 || b->pos0[i] < 0 || end > s->max_seq)
+            return mf_fail(MF_ERR_INVALID_ARG, "%s: sequence %d: %lld new tokens at %d (max_model_len %lld)", fn, i,
+                           (long long)len, b->pos0[i], (long long)s->max_seq);
+        const int32_t *tab = b->tables + (int64_t)i * W;
+        for (int64_t j = 0; j < (end + bs - 1) / bs; j++)
+            if (tab[j] < 0 || tab[j] >= s->kv.n_blocks)
+                return mf_fail(MF_ERR_INVALID_ARG, "%s: sequence %d: block %lld = %d not in [0, %d)", fn, i,
+                               (long long)j, tab[j], s->kv.n_blocks);
+        for (int64_t t = b->cu[i]; t < b->cu[i + 1]; t++)
+            if (b->tokens[t] < 0 || b->tokens[t] >= s->m->spec.vocab)
+                return mf_fail(MF_ERR_INVALID_ARG, "%s: token %d not in [0, vocab %lld)", fn, b->tokens[t],
+                               (long long)s->m->spec.vocab);
+        outs += b->out[i] != 0;
+    }
+    if (outs != b->n_out) return mf_fail(MF_ERR_INVALID_ARG, "%s: n_out %d, %d rows marked", fn, b->n_out, outs);
+    if (b->kind == MF_RUN_TOPK &&
+        (b->k < 1 || b->k > MF_TOPK_MAX || b->k > s->m->spec.vocab || !(b->scale > 0.0f) || isinf(b->scale)))
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: top-k %d with scale %g", fn, b->k, (double)b->scale);
+    const bool outs_ok = b->kind == MF_RUN_LOGITS   ? b->logits != NULL
+                         : b->kind == MF_RUN_ARGMAX ? b->ids && b->vals
+                         : b->kind == MF_RUN_TOPK   ? b->ids && b->vals && b->stats
+                                                    : false;
+    if (!outs_ok && b->n_out > 0) return mf_fail(MF_ERR_INVALID_ARG, "%s: output kind %d without its buffers", fn, b->kind);
+    return MF_OK;
+}
+
+// A batch's step arrays: each sequence a segment (output rows numbered in
+// order through mf_fwd_seg.seq), its rows' pool rows through its table, the
+// tables themselves; one upload.
+static mf_status stage_batch(mf_session *s, const mf_run_batch *b) {
+    mf_session_staging *h = &s->host;
+    const int32_t n = b->n_seqs, W = s->dims.table_w, bs = s->dims.block_size;
+    const int64_t n_i32 = mf_step_views(s, b->cu[n], n) + (int64_t)n * W;
+    h->max_q = 0, h->max_k = 0;
+    h->seg_cu[0] = 0;
+    for (int32_t i = 0, rows = 0; i < n; i++) {
+        const int32_t *tab = b->tables + (int64_t)i * W;
+        mf_fwd_seg *g = &h->segs[i];
+        *g = (mf_fwd_seg){.seq = b->out[i] ? rows++ : -1, .slot = -1, .row0 = b->cu[i], .n = b->cu[i + 1] - b->cu[i],
+                          .pos0 = b->pos0[i], .last = b->out[i] != 0};
+        for (int64_t r = 0; r < g->n; r++) {
+            const int64_t p = g->pos0 + r;
+            h->ids[g->row0 + r] = b->tokens[g->row0 + r];
+            h->pos[g->row0 + r] = (int32_t)p;
+            h->slot_map[g->row0 + r] = tab[p / bs] * bs + (int32_t)(p % bs);
+        }
+        h->seg_cu[i + 1] = b->cu[i + 1];
+        h->seg_slot[i] = -1;
+        h->seg_klen[i] = (int32_t)(g->pos0 + g->n);
+        memcpy(h->tables + (int64_t)i * W, tab, (size_t)W * sizeof *tab);
+        if (g->n > h->max_q) h->max_q = g->n;
+        if (g->pos0 + g->n > h->max_k) h->max_k = g->pos0 + g->n;
+    }
+    mf_op_begin(mf_role(s, "step"), "h2d");
+    const mf_status st = mf_backend_copy(s->be, s->dev.step_i32.data, h->step, (size_t)n_i32 * sizeof(int32_t), MF_COPY_H2D);
+    mf_op_end(s->be, "h2d");
+    return st;
+}
+
+// One engine step: staged, then a decode step (one token each, all output)
+// as a graph when possible, else the layers and the LM head over the rows
+// asked for.
+static mf_status run_batch(mf_session *s, const mf_run_batch *b) {
+    mf_session_calls *c = &s->call;
+    c->t0 = now_us(), c->host_us = -1, c->launches = -1, c->graph = false, c->paged = true;
+    s->host.kept_first = 0, s->host.kept_rows = 0;
+    const int32_t n = b->n_seqs;
+    const fwd_out out = {.kind = (out_kind)b->kind, .rows = MF_LOGITS_LAST, .logits = b->logits, .ids = b->ids,
+                         .vals = b->vals, .stats = b->stats, .k = b->kind == MF_RUN_TOPK ? b->k : 0,
+                         .scale = b->kind == MF_RUN_TOPK ? b->scale : 0.0f};
+    MF_TRY(stage_batch(s, b));
+    if (s->graphs.on && !c->prof_on && b->cu[n] == n && b->n_out == n &&
+        (s->m->spec.n_experts == 0 || n <= s->graphs.moe_rows)) {
+        const mf_status st = graph_step(s, n, &out);
+        if (st == MF_OK) return mf_backend_sync(s->be);
+        if (st != MF_ERR_UNSUPPORTED) return st;
+        c->t0 = now_us(); // not recordable: the plain path below
+    }
+    mf_tensor hid;
+    MF_TRY(mf_forward_step(s, n, b->cu[n], &hid));
+    if (b->n_out > 0) MF_TRY(head_step(s, &hid, n, 0, &out));
+    mark_queued(s);
+    if (c->launches < 0) c->launches = c->hook.ops;
+    return mf_backend_sync(s->be);
+}
+
+static mf_status runner_run(void *ctx, const mf_run_batch *b) {
+    mf_session *s = ctx;
+    MF_TRY(check_batch(s, b));
+    hook_on(s);
+    const mf_status st = run_batch(s, b);
+    hook_off(s);
+    return st;
+}
+
+static mf_status runner_read_logits(void *ctx, int32_t row, float *logits) {
+    return mf_session_read_logits(ctx, row, logits);
+}
+
+static mf_status runner_copy_block(void *ctx, int32_t src, int32_t dst) {
+    mf_session *s = ctx;
+    if (src < 0 || src >= s->kv.n_blocks || dst < 0 || dst >= s->kv.n_blocks || src == dst)
+        return mf_fail(MF_ERR_INVALID_ARG, "session runner: copy block %d to %d (%d blocks)", src, dst, s->kv.n_blocks);
+    return mf_kv_cache_copy_block(&s->kv, src, dst);
+}
+
+mf_status mf_session_runner(mf_session *s, mf_runner *out) {
+    if (!s || !out) return mf_fail(MF_ERR_INVALID_ARG, "session_runner: %s is NULL", !s ? "session" : "out");
+    if (s->m->attn != MF_ATTN_FLASH)
+        return mf_fail(MF_ERR_UNSUPPORTED, "session_runner: the serving engine runs flash attention (the model was "
+                       "loaded with attn classic)");
+    mf_model_info info;
+    MF_TRY(mf_model_get_info(s->m, &info));
+    memset(s->host.len, 0, (size_t)s->max_batch * sizeof *s->host.len); // the engine takes the whole pool
+    *out = (mf_runner){.ctx = s, .run = runner_run, .read_logits = runner_read_logits, .copy_block = runner_copy_block,
+                       .vocab = s->m->spec.vocab, .n_blocks = s->kv.n_blocks, .block_size = s->dims.block_size,
+                       .table_width = s->dims.table_w, .max_seqs = (int32_t)s->dims.n_rows,
+                       .max_tokens = s->dims.step_tokens, .kv_bytes = s->kv.bytes, .tok = mf_model_tokenizer(s->m),
+                       .model = s->m};
+    out->n_eos = info.n_eos < MF_MODEL_MAX_EOS ? info.n_eos : MF_MODEL_MAX_EOS;
+    for (int32_t e = 0; e < out->n_eos; e++) out->eos_ids[e] = info.eos_ids[e];
+    return MF_OK;
 }

@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
-#include "model/arch/arch.h"
 #include "core/fileio.h"
+#include "model/arch/arch.h"
 
 static const size_t kMaxConfigBytes = (size_t)16 << 20;
 

@@ -10,8 +10,8 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "model/arch/config.h"
 #include "core/fileio.h"
+#include "model/arch/config.h"
 #include "model/load/model.h"
 
 // generation_config.json, when present, overrides bos/eos (as transformers'

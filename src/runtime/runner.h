@@ -1,10 +1,10 @@
-// Internal: the one thing the serving engine needs from a model, a "runner"
-// over a paged KV cache: run one step over a batch of sequences (each with
-// its new tokens, its cache length and its block table) and hand back an
-// output for the rows asked for. mf_engine_create wraps a paged session
-// (src/runtime); tests drive the engine with scripted fakes.
-#ifndef MF_ENGINE_RUNNER_H
-#define MF_ENGINE_RUNNER_H
+// Internal: the one thing the serving engine (src/engine) needs from a
+// model, a "runner" over a paged KV cache: run one step over a batch of
+// sequences (each with its new tokens, its cache length and its block table)
+// and hand back an output for the rows asked for. A session is one
+// (mf_session_runner); tests drive the engine with scripted fakes.
+#ifndef MF_RUNTIME_RUNNER_H
+#define MF_RUNTIME_RUNNER_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -45,6 +45,7 @@ typedef struct {
     // recomputes the step's tokens.
     mf_status (*run)(void *ctx, const mf_run_batch *b);
     // After an MF_RUN_TOPK run: output row `row`'s full logits (vocab f32, host).
+    // NULL: the runner only gives logits (every run is MF_RUN_LOGITS).
     mf_status (*read_logits)(void *ctx, int32_t row, float *logits);
     // Copies block src's KV (every layer, K and V) to block dst (copy on write).
     mf_status (*copy_block)(void *ctx, int32_t src, int32_t dst);
@@ -64,4 +65,16 @@ typedef struct {
     int32_t eos_ids[MF_MODEL_MAX_EOS];
 } mf_runner;
 
-#endif // MF_ENGINE_RUNNER_H
+// A session for an engine: a KV pool of n_blocks blocks of block_size tokens
+// handed out through block tables, up to max_seqs sequences and max_tokens
+// token rows a step, sequences of up to max_model_len tokens; flash attention.
+mf_status mf_session_create_paged(mf_model *m, int32_t max_seqs, int64_t max_model_len, int64_t max_tokens,
+                                  int32_t n_blocks, int32_t block_size, mf_session **out);
+
+// The runner of a session: its KV pool, max_batch sequences and step_tokens
+// rows a step. Runs on a session of slots change what the slots hold: they
+// are emptied here (mf_generate empties them anyway). MF_ERR_UNSUPPORTED for
+// a model loaded with classic attention (the engine needs flash).
+mf_status mf_session_runner(mf_session *s, mf_runner *out);
+
+#endif // MF_RUNTIME_RUNNER_H
