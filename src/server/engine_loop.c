@@ -229,6 +229,20 @@ static bool finish_request(loop *L, mf_job *j, int32_t p) {
     return done;
 }
 
+static void update_gauges(mf_srv *s) {
+    mf_engine_stats st;
+    if (mf_engine_get_stats(s->engine, &st) != MF_OK) return;
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.running = st.n_running;
+    s->metrics.waiting = st.n_waiting;
+    s->metrics.kv_blocks = st.kv_blocks;
+    s->metrics.kv_blocks_used = st.kv_blocks_used;
+    s->metrics.kv_blocks_cached = st.kv_blocks_cached;
+    s->metrics.block_size = st.block_size;
+    s->metrics.preemptions = st.preemptions;
+    pthread_mutex_unlock(&s->metrics.mu);
+}
+
 // One step and its events.
 static void step(loop *L) {
     mf_srv *s = L->s;
@@ -283,6 +297,7 @@ static void step(loop *L) {
         j->eng_touched = true;
     }
     pthread_mutex_unlock(&m->mu);
+    update_gauges(s); // before any client hears of this step
     // Requests whose sequences all finished are released now, after the
     // events (a release invalidates their pointers); streams are woken.
     // Backwards: finish_request may drop a job, moving the last one here.
@@ -298,20 +313,6 @@ static void step(loop *L) {
         mf_job_wake_locked(j);
         pthread_mutex_unlock(&j->mu);
     }
-}
-
-static void update_gauges(mf_srv *s) {
-    mf_engine_stats st;
-    if (mf_engine_get_stats(s->engine, &st) != MF_OK) return;
-    pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.running = st.n_running;
-    s->metrics.waiting = st.n_waiting;
-    s->metrics.kv_blocks = st.kv_blocks;
-    s->metrics.kv_blocks_used = st.kv_blocks_used;
-    s->metrics.kv_blocks_cached = st.kv_blocks_cached;
-    s->metrics.block_size = st.block_size;
-    s->metrics.preemptions = st.preemptions;
-    pthread_mutex_unlock(&s->metrics.mu);
 }
 
 void *mf_srv_engine_main(void *arg) {
