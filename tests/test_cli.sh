@@ -177,7 +177,7 @@ good "minfer info --help" info --help
 good "minfer bench --help" bench --help
 # every bench that minfer --help lists (from the one table, tools/bench.h) has a help of its own
 benches=$("$bin" --help | awk '$1 == "bench" && $2 != "[NAME]" {print $2}')
-[[ $(wc -w <<<"$benches") -eq 7 ]] || { fail=$((fail + 1)); echo "FAIL minfer --help lists $(wc -w <<<"$benches") benches (want 7)"; }
+[[ $(wc -w <<<"$benches") -eq 8 ]] || { fail=$((fail + 1)); echo "FAIL minfer --help lists $(wc -w <<<"$benches") benches (want 8)"; }
 for b in $benches; do good "minfer bench $b --help" bench "$b" --help; done
 good "minfer bench attention (cpu, decode, 1 iteration, csv)" bench attention --backend cpu --cases decode --warmup 0 --iters 1 --format csv
 good "minfer generate (llama-tiny, 4 tokens, greedy, cpu)" generate "${m[@]}" -p Hello -n 4 --temp 0 --seed 1 --backend cpu
@@ -223,6 +223,18 @@ says "bench topk (cpu, bytes to the host and the check)" ",0.1,8.0,83.3,ok," "${
 # the default format: a markdown table, number columns right-aligned
 says "bench topk (cpu, markdown header)" "| backend | vocab | batch |" "${tk[@]:0:${#tk[@]}-2}"
 says "bench topk (cpu, markdown alignment row)" "|---------|------:|------:|" "${tk[@]:0:${#tk[@]}-2}"
+
+# bench serve: the engine offline on a fixture: one row per concurrency and per rate, every request done
+sv=(bench serve "${m[@]}" --backend cpu --requests 6 --input-len 3:20 --output-len 2:6 --block-size 16 --format csv)
+says "bench serve (csv header)" "model,backend,mode,value,requests,in_len,out_len,prefix,prefix_cache,dur_s,req/s,out_tok/s,ttft_p50_ms" \
+  "${sv[@]}" --concurrency 1
+says "bench serve (concurrency 3 row)" ",cpu,concurrency,3,6,3:20,2:6,0,on," "${sv[@]}" --concurrency 3
+says "bench serve (Poisson rate row, shared prefix from the cache)" ",cpu,rate,50,6,3:20,2:6,16,on," "${sv[@]}" --rate 50 \
+  --shared-prefix 16
+bad "--rate 0: not a list of request rates > 0" bench serve "${m[@]}" --rate 0
+bad "--input-len 5:2: not LO:HI" bench serve "${m[@]}" --input-len 5:2
+bad "--block-size 8: not an integer in [16, 1024]" bench serve "${m[@]}" --block-size 8
+bad "unknown option --iters (see minfer bench serve --help)" bench serve "${m[@]}" --iters 2
 
 # rows WHAT N NEEDLE ARGS...: exit 0, a CSV on stdout of exactly N rows under its header, and
 # NEEDLE in it. The list flags of the op benches run the product of the lists, no more.

@@ -587,8 +587,10 @@ typedef struct {
     mf_sampler_params sp;
 } real_req;
 
-// Runs reqs[0 .. n) on engine e (all added at once), greedy tokens into outs.
-static bool real_run(mf_engine *e, const real_req *reqs, int n, req_out *outs) {
+// Runs reqs[0 .. n) on engine e (all added at once), the tokens into outs;
+// faults: before every few steps an allocation (host memory, a KV block) is
+// made to fail; failed steps are retried.
+static bool real_run_faults(mf_engine *e, const real_req *reqs, int n, req_out *outs, bool faults) {
     uint64_t ids[16];
     for (int i = 0; i < n; i++) {
         const mf_request_params p = {.prompt = reqs[i].prompt, .n_prompt = reqs[i].n_prompt,
@@ -599,13 +601,21 @@ static bool real_run(mf_engine *e, const real_req *reqs, int n, req_out *outs) {
         }
     }
     memset(outs, 0, sizeof *outs * (size_t)n);
+    int failed = 0;
     for (int step = 0; step < 5000; step++) {
         mf_engine_step_result r;
-        if (mf_engine_step(e, &r) != MF_OK) {
+        if (faults && step % 3 == 1) mf_fault_alloc_fail_after(1 + (int64_t)rnd(4));
+        const mf_status st = mf_engine_step(e, &r);
+        mf_fault_alloc_fail_after(0);
+        check_pool(e);
+        if (st != MF_OK && faults && st == MF_ERR_OOM && r.n_events == 0) {
+            failed++;
+            continue;
+        }
+        if (st != MF_OK) {
             fail("step: %s", mf_last_error());
             return false;
         }
-        check_pool(e);
         for (int32_t k = 0; k < r.n_events; k++)
             for (int i = 0; i < n; i++)
                 if (ids[i] == r.events[k].id && r.events[k].token >= 0) outs[i].toks[0][outs[i].n_toks[0]++] = r.events[k].token;
@@ -617,12 +627,21 @@ static bool real_run(mf_engine *e, const real_req *reqs, int n, req_out *outs) {
         outs[i].n_cached = info.n_cached;
         mf_engine_release(e, ids[i]);
     }
+    if (faults) {
+        printf("    %d steps failed on an injected allocation failure (retried)\n", failed);
+        CHECK(failed > 0, "no injected failure hit a step");
+    }
     return true;
+}
+
+static bool real_run(mf_engine *e, const real_req *reqs, int n, req_out *outs) {
+    return real_run_faults(e, reqs, n, outs, false);
 }
 
 static void test_real(const char *fixtures, const char *name) {
     char title[160], dir[1024];
-    snprintf(title, sizeof title, "engine on %s (cpu): alone = batched = preempted = prefix-cache hit", name);
+    snprintf(title, sizeof title, "engine on %s (cpu): alone = batched = preempted = prefix-cache hit = under faults",
+             name);
     if (!case_begin(title)) return;
     snprintf(dir, sizeof dir, "%s/models/%s", fixtures, name);
     mf_backend *be = NULL;
@@ -671,6 +690,9 @@ static void test_real(const char *fixtures, const char *name) {
     static req_out again[N];
     if (real_run(tight, reqs, N, again))
         for (int i = 0; i < N; i++) same_out(&again[i], &alone[i], 1, "again", i);
+    // allocation failures in the middle of steps (host scratch, KV blocks): nothing lost or changed
+    if (real_run_faults(tight, reqs, N, again, true))
+        for (int i = 0; i < N; i++) same_out(&again[i], &alone[i], 1, "faults", i);
     // abort mid-generation frees everything
     uint64_t id;
     const mf_request_params p = {.prompt = reqs[1].prompt, .n_prompt = reqs[1].n_prompt, .max_tokens = 40};

@@ -15,7 +15,7 @@
 #include "core/error.h"
 
 const mf_bench_def *const mf_benches[] = {&mf_bench_softmax, &mf_bench_attention, &mf_bench_moe, &mf_bench_topk,
-                                          &mf_bench_gemv, &mf_bench_gemm_host, &mf_bench_model, NULL};
+                                          &mf_bench_gemv, &mf_bench_gemm_host, &mf_bench_model, &mf_bench_serve, NULL};
 
 // A shared option at argv[*i] that the bench takes (bits `take`): *taken says
 // whether it was one (its value consumed).

@@ -79,7 +79,7 @@ typedef struct mf_bench_def {
 // Every bench, in the order the help lists them; NULL-terminated.
 extern const mf_bench_def *const mf_benches[];
 extern const mf_bench_def mf_bench_softmax, mf_bench_attention, mf_bench_moe, mf_bench_topk, mf_bench_gemv,
-    mf_bench_gemm_host, mf_bench_model;
+    mf_bench_gemm_host, mf_bench_model, mf_bench_serve;
 
 // Parses the arguments after the bench's name into opts (d->opts_size bytes),
 // as the parsers of cli_args.h do.
