@@ -590,3 +590,22 @@ def test_chat_without_template_is_refused():
         assert greedy(srv, "Amen", 2).usage.completion_tokens >= 1  # completions still work
     finally:
         assert srv.stop() == 0
+
+
+def test_queue_full_is_429():
+    srv = Server("--max-seqs", "1", "--max-queue", "1")
+    try:
+        out1, out2 = {}, {}
+        t1 = _stream_in_thread(srv, out1, max_tokens=240, ignore_eos=True)  # runs (the one sequence slot)
+        _wait_metric(srv, "vllm:num_requests_running", 1)
+        t2 = _stream_in_thread(srv, out2, max_tokens=4)                     # waits: the queue is full
+        _wait_metric(srv, "vllm:num_requests_waiting", 1)
+        with pytest.raises(openai.RateLimitError) as e:
+            srv.client.completions.create(model=NAME, prompt="Amen", max_tokens=4)
+        assert "--max-queue" in str(e.value)
+        t1.join(60)
+        t2.join(60)
+        assert out1["status"] == out2["status"] == 200
+        assert sse_events(out2["data"])[-1] == "[DONE]"
+    finally:
+        assert srv.stop() == 0
