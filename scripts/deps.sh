@@ -6,9 +6,10 @@
 #   bash scripts/deps.sh [--python] [--ci]
 #
 #   build   (always)  Debian: the compiler, CMake, Ninja, pkg-config, OpenBLAS,
-#                     cJSON, PCRE2 (-dev), python3 + pip
+#                     cJSON, PCRE2, libmicrohttpd (-dev), python3 + pip
 #   --python          Python: numpy, pytest, ml_dtypes (the binding's tests), matplotlib (the plots' test),
-#                     transformers + jinja2 (the chat templates' test renders the real templates with them)
+#                     transformers + jinja2 (the chat templates' test renders the real templates with them),
+#                     openai (the server's tests: the official client)
 #   --ci              Debian: valgrind, clang + libclang-rt-dev (libFuzzer), CI only
 #
 # Only what is missing is installed; nothing already installed is touched.
@@ -24,9 +25,10 @@
 # names) as missing, to try the paths above on a machine that has them all.
 set -euo pipefail
 
-deb_build=(build-essential cmake ninja-build pkg-config libopenblas-dev libcjson-dev libpcre2-dev python3 python3-pip)
+deb_build=(build-essential cmake ninja-build pkg-config libopenblas-dev libcjson-dev libpcre2-dev libmicrohttpd-dev
+           python3 python3-pip)
 deb_ci=(valgrind clang libclang-rt-dev)
-py_test=(numpy pytest ml_dtypes matplotlib transformers jinja2)
+py_test=(numpy pytest ml_dtypes matplotlib transformers jinja2 openai)
 
 want_py=0 want_ci=0
 for a in "$@"; do

@@ -9,6 +9,8 @@
 # the seed corpus. Exits non-zero when a target crashes, leaks or times out:
 # copy the reproducer into fuzz/corpus/<name>/regress_<what> (the name that
 # scripts/reliability-report.sh counts as found and fixed) and add a case to the tests.
+# fuzz_server_request: the first byte picks the route (completions, chat, tokenize,
+# detokenize), the rest is the body, through src/server/oai_request.c.
 # fuzz_cli splits its input at NUL bytes into the argument vector of the CLI's
 # option parsers: generate, score, info (tools/cli_args.c) and every bench of tools/bench.h.
 # fuzz_tokenizer_encode loads tests/fixtures/tokenizers/{gpt2,llama2} from this

@@ -20,7 +20,7 @@
 #                FILE`, and `minfer bench gemm-host --csv FILE`) and/or
 #                bench/*_peers.py exist (`python3 bench/NAME_peers.py --out FILE`)
 #
-# Dependencies: the host lacks OpenBLAS/cJSON/PCRE2 (-dev) and maybe
+# Dependencies: the host lacks OpenBLAS/cJSON/PCRE2/libmicrohttpd (-dev) and maybe
 # pkg-config. For each one the host's pkg-config cannot find, the .debs that
 # scripts/gpu-prepare.sh downloaded (take .debs/ along; with the device tool:
 # carry [".debs"]) are unpacked with `dpkg -x` into .gpu-prefix/ (never /),
@@ -147,11 +147,14 @@ stage_deps() {
   if [[ $force == 1 ]] || ! host_pc libpcre2-8; then
     groups+=(pcre2); want+=(libpcre2-8-0 libpcre2-dev libpcre2-16-0 libpcre2-32-0 libpcre2-posix3)
   fi
+  if [[ $force == 1 ]] || ! { host_pc libmicrohttpd || [[ -f /usr/include/microhttpd.h ]]; }; then
+    groups+=(microhttpd); want+=(libmicrohttpd12 libmicrohttpd-dev)
+  fi
   if [[ $force == 1 ]] || ! command -v ninja >/dev/null 2>&1; then
     groups+=(ninja); want+=(ninja-build)
   fi
   if ((${#groups[@]} == 0)); then
-    note="host has OpenBLAS, cJSON, PCRE2, pkg-config, ninja"
+    note="host has OpenBLAS, cJSON, PCRE2, libmicrohttpd, pkg-config, ninja"
     return 0
   fi
   echo "to unpack into $prefix: ${groups[*]}"

@@ -29,8 +29,16 @@
 #                            pkg-config itself (CMake's FindPkgConfig needs it), used
 #                            only if the host has none
 #   ninja-build              used only if the host has no ninja
+#   libmicrohttpd12, libmicrohttpd-dev
+#                            the HTTP server of `minfer serve`: runtime; microhttpd.h,
+#                            libmicrohttpd.so link and libmicrohttpd.pc
+# Left out on purpose (not_taken below): libgnutls28-dev, which libmicrohttpd-dev
+# depends on only because libmicrohttpd.pc names gnutls in Requires.private;
+# minfer links libmicrohttpd dynamically, and CMakeLists.txt finds microhttpd.h and
+# the library without pkg-config when gnutls.pc is missing.
 # Assumed present on the host (Debian base, and there because gcc/nvcc are):
-# libc6, libc6-dev, libgcc-s1, libstdc++6, gcc-12-base, libgomp1.
+# libc6, libc6-dev, libgcc-s1, libstdc++6, gcc-12-base, libgomp1; and libgnutls30
+# (libmicrohttpd12's one dependency besides libc6), which apt itself depends on.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,9 +50,12 @@ pkgs=(
   libpcre2-8-0 libpcre2-dev libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   pkgconf pkgconf-bin libpkgconf3
   ninja-build
+  libmicrohttpd12 libmicrohttpd-dev
 )
 # What the host is assumed to have; anything else a package depends on must be in pkgs.
-assumed=(libc6 libc6-dev libc-dev libgcc-s1 libstdc++6 gcc-12-base libgomp1)
+assumed=(libc6 libc6-dev libc-dev libgcc-s1 libstdc++6 gcc-12-base libgomp1 libgnutls30)
+# Dependencies deliberately not taken (see above).
+not_taken=(libgnutls28-dev)
 
 command -v apt-get >/dev/null || { echo "gpu-prepare: needs a Debian machine (apt-get)" >&2; exit 1; }
 
@@ -57,7 +68,7 @@ for p in "${pkgs[@]}"; do
     { echo "gpu-prepare: apt-cache knows no package $p (apt-get update?)" >&2; exit 1; }
   for d in $deps; do
     d=${d%%:*}
-    [[ " ${pkgs[*]} ${assumed[*]} " == *" $d "* ]] && continue
+    [[ " ${pkgs[*]} ${assumed[*]} ${not_taken[*]} " == *" $d "* ]] && continue
     missing+=("$p -> $d")
   done
 done

@@ -17,6 +17,7 @@ int mf_cmd_generate(int argc, char **argv); // cmd_generate.c: minfer generate -
 int mf_cmd_score(int argc, char **argv);    // cmd_score.c:    minfer score -m DIR (-p TEXT | --tokens 1,2,3) ...
 int mf_cmd_info(int argc, char **argv);     // cmd_info.c:     minfer info [-m DIR | --synthetic PRESET ...]
 int mf_cmd_bench(int argc, char **argv);    // bench.c:        minfer bench [NAME] [options]
+int mf_cmd_serve(int argc, char **argv);    // cmd_serve.c:    minfer serve -m DIR [options] (src/server/)
 
 // After parsing the options of command `cmd`: -1 when the command is to run;
 // else it is done, and this is the exit status: 0 after printing its help

@@ -15,6 +15,7 @@ static const struct {
     {"generate", "generate text from a prompt, streamed to stdout", mf_cmd_generate},
     {"score", "per-token NLL and perplexity of a text", mf_cmd_score},
     {"info", "backends and build information; with -m DIR: a model's architecture and memory plan", mf_cmd_info},
+    {"serve", "an OpenAI-compatible HTTP server (streaming, chat, metrics)", mf_cmd_serve},
     {"bench", "benchmarks (no NAME: softmax; minfer bench --help):", mf_cmd_bench},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
