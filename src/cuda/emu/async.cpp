@@ -106,6 +106,7 @@ void complete_check(Group &g, uint64_t *p, MbarState &m) {
     m.pending = m.expected;
     MbarSide &s = g.mbar[(uintptr_t)p];
     s.completed++;
+    begin_batch(g);
     for (Fiber *f : s.waiters) make_runnable(f);
     s.waiters.clear();
 }

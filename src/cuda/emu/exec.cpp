@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <unistd.h>
+
 #include "internal.h"
 
 namespace mf_emu {
@@ -88,6 +90,17 @@ void outside_kernel(const char *what) {
 Fiber *fiber_of(Block &b, unsigned lin) { return &b.fibers[lin]; }
 
 // ---- scheduling ------------------------------------------------------------------------------
+//
+// The next fiber is drawn at random from the fibers released together most
+// recently (the lanes of a warp after a collective, a block after a barrier),
+// and one draw in 32 from every runnable fiber: every interleaving stays
+// possible, while the lanes of a warp mostly run back to back, their stacks
+// in cache (a softmax case with 16-block clusters: 1.05 s of CPU instead of
+// 1.6-2.1 s drawing from all every time; noisy shared VM).
+
+void begin_batch(Group &g) {
+    if (options().seed && (g.batches.empty() || g.batches.back() != g.rq.size())) g.batches.push_back(g.rq.size());
+}
 
 void make_runnable(Fiber *f) {
     f->state = kFiberRun;
@@ -100,7 +113,7 @@ namespace {
 Fiber *pick(Group &g) {
     const size_t n = g.rq.size() - g.rq_head;
     if (n == 0) {
-        g.rq.clear(), g.rq_head = 0;
+        g.rq.clear(), g.rq_head = 0, g.batches.clear();
         return nullptr;
     }
     Fiber *f;
@@ -108,7 +121,12 @@ Fiber *pick(Group &g) {
         f = g.rq[g.rq_head++];
         if (g.rq_head == g.rq.size()) g.rq.clear(), g.rq_head = 0;
     } else {
-        const size_t j = g.rq_head + next_rand(g.rng) % n;
+        size_t lo = 0;
+        if (next_rand(g.rng) & 31) { // the newest batch
+            while (!g.batches.empty() && g.batches.back() >= g.rq.size()) g.batches.pop_back();
+            lo = g.batches.empty() ? 0 : g.batches.back();
+        }
+        const size_t j = lo + next_rand(g.rng) % (g.rq.size() - lo);
         f = g.rq[j];
         g.rq[j] = g.rq.back();
         g.rq.pop_back();
@@ -159,12 +177,14 @@ const char *coll_name(CollKind k) {
 }
 
 void release_block_barrier(Block &b) {
+    begin_batch(*b.fibers[0].grp);
     b.at_bar = 0;
     for (int i = 0; i < b.nthreads; i++)
         if (b.fibers[i].state == kFiberWait && b.fibers[i].wait == kWaitBar) make_runnable(&b.fibers[i]);
 }
 
 void release_cluster_barrier(Group &g) {
+    begin_batch(g);
     g.at_cluster = 0;
     for (Block &b : g.blocks)
         for (int i = 0; i < b.nthreads; i++)
@@ -378,6 +398,7 @@ void warp_collective(CollKind kind, unsigned mask, void *args, CollFn fn, bool a
     if (c->arrived == mask) {
         fn(c->args, mask);
         c->arrived = 0;
+        begin_batch(*f->grp);
         const unsigned base = f->v.lin & ~31u;
         for (unsigned m = mask & ~bit; m; m &= m - 1) make_runnable(fiber_of(b, base + __builtin_ctz(m)));
         block_yield();
@@ -415,6 +436,7 @@ void warpgroup_collective(void *args, CollFn fn, Loc loc) {
     if (++c.arrived == 128) {
         fn(c.args, 0xffffffffu);
         c.arrived = 0;
+        begin_batch(*f->grp);
         for (unsigned t = base; t < base + 128; t++)
             if (t != f->v.lin) make_runnable(fiber_of(b, t));
         block_yield();
@@ -615,7 +637,7 @@ void run_group(Worker &w, Launch &L, uint64_t gi) {
     g.cidx = dim3((unsigned)(gi % gx), (unsigned)(gi / gx % gy), (unsigned)(gi / gx / gy));
     const unsigned cs = cd.x * cd.y * cd.z, nt = c.block.x * c.block.y * c.block.z;
     g.blocks.resize(cs);
-    g.rq.clear(), g.rq_head = 0;
+    g.rq.clear(), g.rq_head = 0, g.batches.clear();
     g.rng = splitmix(options().seed ^ splitmix(L.seq * 0x100000001b3ull + gi)) | 1;
     g.live = (int)(cs * nt);
     g.at_cluster = 0;
@@ -741,7 +763,12 @@ struct Pool {
 };
 
 Pool &pool() {
-    static Pool *p = new Pool(); // never destroyed: detached threads wait on it
+    static Pool *p = nullptr; // never destroyed: detached threads wait on it
+    static pid_t owner = 0;
+    if (!p || owner != getpid()) { // a forked child has none of the parent's threads: start afresh
+        p = new Pool();
+        owner = getpid();
+    }
     return *p;
 }
 

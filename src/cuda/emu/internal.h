@@ -186,6 +186,7 @@ struct Group {             // one cluster of blocks, run by one OS thread
     std::vector<Block> blocks;
     std::vector<Fiber *> rq;  // runnable
     size_t rq_head = 0;       // FIFO mode (seed 0)
+    std::vector<size_t> batches; // rq indices where the fibers released together begin
     uint64_t rng = 0;
     int live = 0;             // unfinished threads of the cluster
     int at_cluster = 0;
@@ -230,6 +231,7 @@ void worker_init_stack_bounds(Worker &w);
 void block_yield(); // the running fiber gives way (it stays runnable)
 void block_wait();  // the running fiber waits (state set by the caller)
 void make_runnable(Fiber *f);
+void begin_batch(Group &g); // the fibers made runnable next were released together
 Fiber *fiber_of(Block &b, unsigned lin);
 // "file:line (function)" in a fixed buffer: kernel_fail's arguments must not
 // own heap memory (the failing thread's frames are never unwound).
@@ -242,6 +244,7 @@ std::string thread_name(const Fiber *f);
 
 // smem.cpp
 char *smem_window(Block &b);
+void *smem_try(uint32_t addr, size_t bytes, size_t align); // smem_at's check without the report: NULL if bad
 void smem_release(Block &b);
 void smem_install_fault_handler();
 size_t smem_window_bytes();

@@ -66,9 +66,12 @@ void ldsm_fn(void *const *args, unsigned) {
         const LdsmArgs &a = *static_cast<LdsmArgs *>(args[l]);
         if (a.num != a0.num || a.trans != a0.trans)
             kernel_fail(a.loc, cudaErrorIllegalInstruction, "ldmatrix: lanes disagree on .x%d / .trans", a.num);
-        char what[48];
-        snprintf(what, sizeof what, "ldmatrix row address of lane %d", l);
-        rows[l] = static_cast<const uint16_t *>(smem_at(a.addr, 16, 16, what, a.loc));
+        rows[l] = static_cast<const uint16_t *>(smem_try(a.addr, 16, 16));
+        if (!rows[l]) { // fails with the report
+            char what[48];
+            snprintf(what, sizeof what, "ldmatrix row address of lane %d", l);
+            smem_at(a.addr, 16, 16, what, a.loc);
+        }
     }
     for (int l = 0; l < 32; l++) {
         LdsmArgs &a = *static_cast<LdsmArgs *>(args[l]);
@@ -189,7 +192,9 @@ uint16_t smem_operand(uint64_t desc, bool k_major, int mn, int k, const Loc &loc
     }
     uint32_t addr = start + chunk * 16 + e * 2;
     if (W > 1) addr ^= ((addr >> 7) & (W - 1)) << 4;
-    return *static_cast<const uint16_t *>(smem_at(addr, 2, 2, "wgmma shared-memory operand", loc));
+    const void *p = smem_try(addr, 2, 2);
+    if (!p) p = smem_at(addr, 2, 2, "wgmma shared-memory operand", loc); // fails with the report
+    return *static_cast<const uint16_t *>(p);
 }
 
 void wg_issue_fn(void *const *args, unsigned) {

@@ -229,6 +229,15 @@ void *smem_at(uint32_t addr, size_t bytes, size_t align, const char *what, Loc l
     return win + addr;
 }
 
+void *smem_try(uint32_t addr, size_t bytes, size_t align) {
+    Fiber *f = tls.view ? cur : nullptr;
+    if (!f) return nullptr;
+    Block &b = *f->blk;
+    char *win = smem_window(b);
+    if (addr < kSmemDynBase || (size_t)addr + bytes > smem_limit(*f->grp) || (align > 1 && addr % align)) return nullptr;
+    return win + addr;
+}
+
 void *cluster_map(const void *p, unsigned rank, Loc loc) {
     MF_EMU_ENTRY;
     Fiber *f = tls.view ? cur : nullptr;
