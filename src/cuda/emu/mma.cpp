@@ -26,14 +26,23 @@ namespace mf_emu {
 
 namespace {
 
-float h2f(uint16_t h) {
-    const uint32_t s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v;
-    if (e == 0) v = ldexpf((float)m, -24);
-    else if (e == 31) v = m ? NAN : INFINITY;
-    else v = ldexpf((float)(m | 1024), (int)e - 25);
-    return s ? -v : v;
+// f16 -> f32 through a table (2^16 entries, built once: the conversion is exact).
+const float *h2f_table() {
+    static const float *t = [] {
+        float *v = new float[65536];
+        for (uint32_t h = 0; h < 65536; h++) {
+            const uint32_t s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+            float x;
+            if (e == 0) x = ldexpf((float)m, -24);
+            else if (e == 31) x = m ? NAN : INFINITY;
+            else x = ldexpf((float)(m | 1024), (int)e - 25);
+            v[h] = s ? -x : x;
+        }
+        return v;
+    }();
+    return t;
 }
+inline float h2f(uint16_t h) { return h2f_table()[h]; }
 float bf2f(uint16_t b) {
     const uint32_t u = (uint32_t)b << 16;
     float f;
@@ -97,7 +106,7 @@ struct MmaArgs {
 
 void mma_fn(void *const *args, unsigned) {
     const MmaType t = static_cast<MmaArgs *>(args[0])->type;
-    float A[16][16], B[16][8], C[16][8];
+    double A[16][16], B[8][16], C[16][8]; // B as (n, k): both operands contiguous along k
     for (int l = 0; l < 32; l++) {
         const MmaArgs &m = *static_cast<MmaArgs *>(args[l]);
         if (m.type != t) kernel_fail(m.loc, cudaErrorIllegalInstruction, "mma.sync: lanes disagree on f16 / bf16");
@@ -105,7 +114,7 @@ void mma_fn(void *const *args, unsigned) {
         for (int i = 0; i < 4; i++) // A reg i: row g + 8 (i % 2), cols 2q + 8 (i / 2) + {0, 1}
             for (int h = 0; h < 2; h++) A[g + 8 * (i & 1)][2 * q + h + 8 * (i >> 1)] = cvt(t, half_of(m.a[i], h));
         for (int i = 0; i < 2; i++) // B reg i: rows (k) 2q + 8 i + {0, 1}, col (n) g
-            for (int h = 0; h < 2; h++) B[2 * q + h + 8 * i][g] = cvt(t, half_of(m.b[i], h));
+            for (int h = 0; h < 2; h++) B[g][2 * q + h + 8 * i] = cvt(t, half_of(m.b[i], h));
         for (int i = 0; i < 4; i++) C[g + 8 * (i >> 1)][2 * q + (i & 1)] = m.d[i]; // C/D: row g + 8 (i / 2), col 2q + i % 2
     }
     for (int l = 0; l < 32; l++) {
@@ -113,8 +122,8 @@ void mma_fn(void *const *args, unsigned) {
         const int g = l >> 2, q = l & 3;
         for (int i = 0; i < 4; i++) {
             const int r = g + 8 * (i >> 1), c = 2 * q + (i & 1);
-            double s = C[r][c];
-            for (int k = 0; k < 16; k++) s += (double)A[r][k] * (double)B[k][c];
+            double s = C[r][c]; // products exact, summed in double, one rounding to f32
+            for (int k = 0; k < 16; k++) s += A[r][k] * B[c][k];
             m.d[i] = (float)s;
         }
     }
