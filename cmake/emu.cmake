@@ -1,0 +1,54 @@
+# The CPU emulator of the CUDA backend (src/cuda/emu/, docs/notes/emulator.md):
+# CUDA kernel source compiled as host C++ by g++ (-DMF_CUDA_EMU
+# -ffp-contract=off) against a runtime of our own; no nvcc. Builds the
+# runtime (mf_cuda_emu), its tests (tests/emu/) and, where the compiler
+# offers it and the build is not an ASan one, a ThreadSanitizer variant for
+# a subset. mf_emu_cuda_sources() marks .cu files to compile as C++ against it.
+option(MINFER_CUDA_EMU "Build the CPU emulator of the CUDA kernels and its tests (g++, no nvcc)" OFF)
+if(NOT MINFER_CUDA_EMU)
+  return()
+endif()
+if(MF_HAVE_CUDA)
+  message(FATAL_ERROR "MINFER_CUDA_EMU stands in for the CUDA runtime: configure it with -DMF_CUDA=OFF")
+endif()
+enable_language(CXX)
+find_package(Threads REQUIRED)
+message(STATUS "minfer: CUDA kernel emulator ON (${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION})")
+
+set(MF_EMU_DIR ${PROJECT_SOURCE_DIR}/src/cuda/emu)
+file(GLOB MF_EMU_SOURCES CONFIGURE_DEPENDS ${MF_EMU_DIR}/*.cpp)
+
+# The runtime as a static library; extra arguments are compile definitions
+# (MF_EMU_TSAN for the ThreadSanitizer variant, itself uninstrumented).
+function(mf_emu_runtime name)
+  add_library(${name} STATIC ${MF_EMU_SOURCES})
+  set_target_properties(${name} PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(${name} PUBLIC ${MF_EMU_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_compile_definitions(${name} PUBLIC MF_CUDA_EMU=1 ${ARGN})
+  target_compile_options(${name} PUBLIC -ffp-contract=off PRIVATE -Wall -Wextra)
+  target_link_libraries(${name} PUBLIC PkgConfig::OPENBLAS Threads::Threads)
+endfunction()
+mf_emu_runtime(mf_cuda_emu)
+
+# CUDA sources (.cu) compiled as C++ against the emulator.
+function(mf_emu_cuda_sources)
+  set_source_files_properties(${ARGN} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-Wno-unknown-pragmas")
+endfunction()
+
+set(MF_EMU_TSAN OFF)
+if(NOT MF_SANITIZE)
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_FLAGS -fsanitize=thread)
+  set(CMAKE_REQUIRED_LINK_OPTIONS -fsanitize=thread)
+  check_cxx_source_compiles("int main() { return 0; }" MF_EMU_HAVE_TSAN)
+  unset(CMAKE_REQUIRED_FLAGS)
+  unset(CMAKE_REQUIRED_LINK_OPTIONS)
+  if(MF_EMU_HAVE_TSAN)
+    mf_emu_runtime(mf_cuda_emu_tsan MF_EMU_TSAN=1)
+    set(MF_EMU_TSAN ON)
+  endif()
+endif()
+
+if(MF_BUILD_TESTS)
+  add_subdirectory(tests/emu)
+endif()

@@ -1,0 +1,16 @@
+// CPU emulator of the CUDA backend (src/cuda/emu/): the data type enum that
+// cuBLAS / cuBLASLt calls name (values as in CUDA's library_types.h).
+#ifndef MF_EMU_LIBRARY_TYPES_H
+#define MF_EMU_LIBRARY_TYPES_H
+
+typedef enum cudaDataType_t {
+    CUDA_R_32F = 0,
+    CUDA_R_64F = 1,
+    CUDA_R_16F = 2,
+    CUDA_R_8I = 3,
+    CUDA_R_32I = 10,
+    CUDA_R_16BF = 14
+} cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+
+#endif // MF_EMU_LIBRARY_TYPES_H
