@@ -82,6 +82,10 @@ V8_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, c
 MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, const float *a, int64_t lda,
                                const char *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc,
                                int64_t j0, int64_t j1) {
+    if (linear && mf_cpu_avx2()) {
+        mf_cpu_sk_nt_avx2(m, dt, k, a, lda, b, ldb, alpha, beta, c, ldc, j0, j1);
+        return;
+    }
     if (linear) { // passes of <= 4 rows (5..8: two balanced ones; the second finds W's rows in cache)
         const int64_t half = m > SK_ROWS ? (m + 1) / 2 : m;
         for (int64_t r0 = 0; r0 < m; r0 += half) {
@@ -110,7 +114,7 @@ MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, c
 #undef SK_DT
 
 // c (m <= 8 rows, f32, row stride ldc) = alpha a @ b + beta c; a f32 row-major
-// (m, k), in sk order for a 16-bit Linear weight (sk_order_rows); b (k, n)
+// (m, k), in sk order for a bf16 Linear weight (sk_order_rows); b (k, n)
 // in dtype dt: a Linear weight W (n, k) (linear) or row-major. A Linear
 // weight: tasks of 16 weight rows. Row-major: chunks of SK_KC rows of b (a
 // run of whole rows, contiguous: one sequential stream per thread, where a
@@ -138,9 +142,9 @@ static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, c
             memset(pq, 0, (size_t)(m * n) * sizeof(float));
             sk_task(false, dt, m, kc, a + i0, lda, (const char *)b + i0 * ldb * es, ldb, alpha, beta, pq, n, 0, n);
         }
-        // the columns of sk_nn's tiles, in sk order for a 16-bit b: [h, h + nsk)
+        // the columns of sk_nn's tiles, in sk order for a bf16 b: [h, h + nsk)
         const int64_t h = sk_head((const char *)b, ldb * es, es, n);
-        const int64_t nsk = dt == MF_DTYPE_F32 ? 0 : (n - h) / SK_NB * SK_NB;
+        const int64_t nsk = v8_sk(dt) ? (n - h) / SK_NB * SK_NB : 0;
 #pragma omp for schedule(static)
         for (int64_t e = 0; e < m * n; e++) { // c = alpha (partials in chunk order) + beta c
             const int64_t r = e / n, j = e % n, src = r * n + (j >= h && j - h < nsk ? h + v8_pos(j - h) : j);
@@ -169,7 +173,7 @@ static void widen_rows(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, i
 }
 
 // Rows of a (m, k) packed f32, their whole 16-blocks put in sk order in place
-// (for a 16-bit Linear weight).
+// (for a bf16 Linear weight).
 static void sk_order_rows(float *a, int64_t m, int64_t k) {
     for (int64_t r = 0; r < m; r++)
         for (int64_t i = 0; i + 16 <= k; i += 16) {
@@ -277,7 +281,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     // packed f32 rows when it is not. (A row-major b took sgemm at 5..8 rows
     // until its loop split k: docs/notes/cpu.md.)
     const bool skinny = k > 0 && m <= 8 && (b_wide || m > 1);
-    const bool sk_order_a = skinny && lb.col_major && b_wide; // a's blocks match a 16-bit W's loads
+    const bool sk_order_a = skinny && lb.col_major && v8_sk(p->b.dtype); // a's blocks match a bf16 W's loads
     const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major) || sk_order_a);
     const bool stage_b = b_wide && !skinny && k > 0;
     const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
