@@ -58,8 +58,12 @@ int mf_cmd_info(int argc, char **argv) {
                (long long)in.n_active_params, (double)in.n_active_params / 1e6, (long long)in.n_params,
                100.0 * (double)in.n_active_params / (double)in.n_params);
     }
-    printf("dtype:        weights %s, activations and KV cache %s, on %s\n", mf_dtype_name(in.dtype),
-           mf_dtype_name(in.act_dtype), in.backend);
+    if (in.kv_dtype == in.act_dtype)
+        printf("dtype:        weights %s, activations and KV cache %s, on %s\n", mf_dtype_name(in.dtype),
+               mf_dtype_name(in.act_dtype), in.backend);
+    else
+        printf("dtype:        weights %s, activations %s, KV cache %s, on %s\n", mf_dtype_name(in.dtype),
+               mf_dtype_name(in.act_dtype), mf_dtype_name(in.kv_dtype), in.backend);
     const mf_tokenizer *tok = mf_model_tokenizer(m);
     if (tok)
         printf("tokenizer:    %lld tokens, bos %d, eos %d\n", (long long)mf_tokenizer_vocab_size(tok), in.bos_id, in.eos_id);
