@@ -268,6 +268,16 @@ says "info: --kv-dtype f16" "weights f32, activations f32, KV cache f16" info "$
 says "bench model: --kv-dtype bf16 column" ",bf16" bench model --synthetic tiny --backend cpu --seq 8 --gen 2 --iters 1 \
   --format csv --kv-dtype bf16
 good "generate --kv-dtype f16 (llama-tiny)" generate "${m[@]}" -p Hi -n 4 --seed 1 --backend cpu --kv-dtype f16
+# Idle OpenMP threads sleep (minfer re-executes itself with OMP_WAIT_POLICY=PASSIVE unless the
+# user chose a policy): spinning ones took the cores from OpenBLAS's threads and from other
+# processes on a shared machine (docs/notes/cpu.md, "Threads").
+if env -u OMP_WAIT_POLICY "$bin" info "${m[@]}" --backend cpu 2>/dev/null | grep -q "wait policy PASSIVE"; then
+  pass=$((pass + 1))
+  echo "ok   info: OpenMP wait policy PASSIVE by default"
+else
+  fail=$((fail + 1))
+  echo "FAIL info: OpenMP wait policy not PASSIVE by default: $(env -u OMP_WAIT_POLICY "$bin" info "${m[@]}" --backend cpu 2>&1 | grep threads)"
+fi
 # The CPU roofline is a ceiling: a read stream on the decode's threads over the step's weight
 # bytes, best of rounds before and after the runs. A bf16 GPT-2 small decode streams 250 MB a
 # step, near that ceiling: %roof (column 15) must stay <= 100 (it printed 146-230 against memcpy).

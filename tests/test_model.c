@@ -38,7 +38,11 @@
 
 #include "minfer/minfer.h"
 #include "minfer/model.h"
+#include "cpu/skinny.h"
 #include "runtime/session.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifdef MF_HAVE_CUDA
 #include <cuda_runtime_api.h> // cudaMemGetInfo: device memory steadiness (test_cuda_memory)
 #endif
@@ -698,6 +702,57 @@ static void test_kv_dtypes(mf_backend *cpu) {
            "status %d: %s", (int)sc, mf_last_error());
     mf_model_free(m);
     mf_backend_free(cu);
+}
+
+// What the CPU promises about its bits (docs/notes/cpu.md): a forward gives
+// the same bits for any thread count (the work splits are fixed in the
+// source, sums in a fixed order), on either set of kernels: the bf16 fixture
+// (the decode GEMV, bf16 weights), prompt then token by token, on 1 and 2
+// threads, with the AVX2+FMA kernels on (where the CPU has them) and off.
+// (Between the two kernel sets the bits differ: FMA rounds once; both are
+// held to the float64 references of test_ops, ctest ops_gemm / ops_cpu_baseline.)
+static void test_cpu_threads(mf_backend *cpu) {
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+    fixture f;
+    mf_model *m = NULL;
+    if (!fixture_open("llama-tiny-bf16", &f) || !check_ok("cpu threads", mf_model_load(f.dir, cpu, NULL, &m))) {
+        report(false, "cpu threads", "cannot load llama-tiny-bf16");
+        fixture_close(&f);
+        return;
+    }
+    const int64_t N = f.n_prompt, V = f.vocab;
+    float *lg[2] = {malloc((size_t)(2 * N * V) * sizeof(float)), malloc((size_t)(2 * N * V) * sizeof(float))};
+    for (int isa = 1; isa >= 0 && lg[0] && lg[1]; isa--) {
+        const bool on = mf_cpu_avx2_set(isa == 1);
+        if (isa == 1 && !on) continue; // no AVX2 here: the baseline run below covers it
+        char name[96];
+        snprintf(name, sizeof name, "cpu threads(%s kernels)", on ? "avx2+fma" : "portable");
+        bool ok = true;
+        for (int t = 0; t < 2 && ok; t++) {
+            omp_set_num_threads(t + 1);
+            mf_session *s = NULL;
+            ok = check_ok(name, mf_session_create(m, 2, 64, &s)) && check_ok(name, fwd1(s, 0, f.prompt, N, MF_LOGITS_ALL, lg[t]));
+            for (int64_t i = 0; ok && i < N; i++) ok = check_ok(name, fwd1(s, 1, f.prompt + i, 1, MF_LOGITS_LAST, lg[t] + (N + i) * V));
+            mf_session_free(s);
+        }
+        if (ok)
+            report(memcmp(lg[0], lg[1], (size_t)(2 * N * V) * sizeof(float)) == 0 &&
+                       row_rel_err(lg[0], NULL, f.logits, N, V) <= 1e-4,
+                   name, "prefill + %lld decode steps: 1 and 2 threads give the same bits (max row rel err vs HF %.2e)",
+                   (long long)N, row_rel_err(lg[0], NULL, f.logits, N, V));
+    }
+    const char *isa = getenv("MINFER_CPU_ISA"); // back to the environment's choice
+    mf_cpu_avx2_set(!(isa && !strcmp(isa, "baseline")));
+    omp_set_num_threads(threads);
+    free(lg[0]);
+    free(lg[1]);
+    mf_model_free(m);
+    fixture_close(&f);
+#else
+    (void)cpu;
+    skip("cpu threads", "built without OpenMP");
+#endif
 }
 
 static void test_fixture(mf_backend *cpu, const char *fx) {
@@ -1899,6 +1954,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_fixtures; i++) test_fixture(cpu, fixtures[i]);
     test_weight_dtypes(cpu);
     test_kv_dtypes(cpu);
+    test_cpu_threads(cpu);
     const char *attns[] = {"flash", "classic"};
     for (int a = 0; a < 2; a++) {
         test_reference(cpu, "tiny", attns[a], 0);

@@ -1,8 +1,11 @@
 // minfer info: the backends and the build; with -m DIR | --synthetic PRESET
 // [--batch N] [--seq N] [--backend B] [--dtype D]: a model's architecture,
 // what runs where, and the memory plan of a session.
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -88,6 +91,12 @@ int mf_cmd_info(int argc, char **argv) {
            : in.n_experts > 0 ? "online softmax over the KV cache; no CUDA Graphs: the experts read offsets back"
                               : "online softmax over the KV cache; decode steps as CUDA Graphs",
            strcmp(in.backend, "cuda") == 0 ? "   <- this run" : mf_cuda_available() ? "" : "   (no CUDA device here)");
+    if (!strcmp(in.backend, "cpu")) { // minfer.c sets PASSIVE unless the user chose a policy
+        const char *pol = getenv("OMP_WAIT_POLICY");
+        printf("threads:      %d OpenMP threads, wait policy %s%s\n", omp_get_max_threads(), pol ? pol : "default",
+               pol && !strcasecmp(pol, "passive") ? " (idle threads sleep: on a shared machine spinning ones "
+                                                    "took the cores from the work)" : "");
+    }
     mf_session_plan p;
     int rc = 0;
     if (mf_session_plan_memory(m, (int32_t)batch, seq, &p) != MF_OK) {
