@@ -82,10 +82,12 @@ V8_INLINE void sk_nn(const int G1, const int G2, const mf_dtype dt, int64_t k, c
 MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, const float *a, int64_t lda,
                                const char *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc,
                                int64_t j0, int64_t j1) {
+#if MF_CPU_AVX2_KERNELS
     if (linear && mf_cpu_avx2()) {
         mf_cpu_sk_nt_avx2(m, dt, k, a, lda, b, ldb, alpha, beta, c, ldc, j0, j1);
         return;
     }
+#endif
     if (linear) { // passes of <= 4 rows (5..8: two balanced ones; the second finds W's rows in cache)
         const int64_t half = m > SK_ROWS ? (m + 1) / 2 : m;
         for (int64_t r0 = 0; r0 < m; r0 += half) {

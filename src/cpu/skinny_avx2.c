@@ -20,6 +20,7 @@
 #include "cpu/skinny.h"
 
 #if MF_CPU_AVX2_KERNELS
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
@@ -27,9 +28,14 @@
 
 static int g_avx2 = -1; // -1: not decided yet (a race only decides the same twice)
 
+// AVX2 and FMA as the compiler's runtime checks see them (OS support of the
+// ymm state included), F16C from CPUID leaf 1 (ECX bit 29; clang 14 has no
+// "f16c" for __builtin_cpu_supports).
 static bool avx2_cpu(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 bool mf_cpu_avx2(void) {
