@@ -380,7 +380,8 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         // Epilogue: half c gets beta * c_old here; then bias, then GELU.
         bool need = !c_f32 || bias || p->epilogue != MF_EPILOGUE_NONE;
         if (!need) continue;
-#pragma omp parallel for schedule(static)
+        // (one row: no region; waking the sleeping threads costs more than the row, docs/notes/cpu.md)
+#pragma omp parallel for schedule(static) if (m > 1)
         for (int64_t i = 0; i < m; i++) {
             float *row = out + i * ldo;
             if (!c_f32 && p->beta != 0.0f) {
