@@ -266,7 +266,6 @@ MF_CPU_HOT static void epilogue_row(float *row, const float *bias, bool gelu, in
 }
 
 mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
-    (void)be;
     int nd = p->c.ndim;
     int64_t batch = nd == 3 ? p->c.shape[0] : 1;
     int64_t m = p->c.shape[nd - 2], n = p->c.shape[nd - 1], k = p->a.shape[nd - 1];
@@ -292,12 +291,13 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const int64_t nb = stage_b ? wide_panel_cols(k, n, threads) : 0;
     float *wa = NULL, *wb = NULL, *tc = NULL, *part = NULL;
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
-    if (stage_b) wb = mf_malloc((size_t)(threads * k * nb) * sizeof(float));
+    bool wb_owned = false; // wb from the backend's kept staging (page faults once) or, when busy, malloc
+    if (stage_b) wb = mf_cpu_staging_take(be, (size_t)(threads * k * nb) * sizeof(float), &wb_owned);
     if (stage_part) part = mf_malloc((size_t)sk_part_floats(m, n, k) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
     if ((stage_a && !wa) || (stage_b && !wb) || (stage_part && !part) || (!c_f32 && !tc)) {
         free(wa);
-        free(wb);
+        mf_cpu_staging_give(be, wb, wb_owned);
         free(tc);
         free(part);
         return mf_fail(MF_ERR_OOM, "gemm: out of host memory for f32 staging (m=%lld, n=%lld, k=%lld)",
@@ -312,7 +312,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
             bias32 = mf_malloc((size_t)n * sizeof(float));
             if (!bias32) {
                 free(wa);
-                free(wb);
+                mf_cpu_staging_give(be, wb, wb_owned);
                 free(tc);
                 free(part);
                 return mf_fail(MF_ERR_OOM, "gemm: out of host memory for the bias (n=%lld)", (long long)n);
@@ -397,7 +397,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         }
     }
     free(wa);
-    free(wb);
+    mf_cpu_staging_give(be, wb, wb_owned);
     free(tc);
     free(part);
     free(bias32);
