@@ -152,6 +152,7 @@ bad "--iters needs a value" bench gemv --iters
 bad "unknown option --bogus (see minfer bench gemv --help)" bench gemv --bogus 1
 bad "unknown option --dtype (see minfer bench gemv --help)" bench gemv --dtype f32
 bad "unknown option --full" bench gemv --full
+bad "--shapes llama: not tiny, tinyllama or smollm2" bench gemv --shapes llama
 bad "--k 1025: want up to 16 comma-separated integers in [1, 1024]" bench topk --k 1025
 bad "--vocab 1,,2" bench topk --vocab 1,,2
 bad "--batch 8,: ends with a comma" bench topk --batch 8,
