@@ -6,11 +6,11 @@
 // extensions, both clones of MF_CPU_HOT) cannot do bit-for-bit alike on a
 // CPU without them.
 //
-// Register tile: RW weight rows x M rows of a, one accumulator each: RW
-// streams of W read side by side (more misses in flight than one row at a
-// time; on the dev VM one row at a time read bf16 at ~75% of the read
-// bandwidth, docs/notes/cpu.md), each 16-element load widened once for M
-// rows of a. The lanes of an accumulator are summed in a fixed tree, the k
+// Register tile: RW weight rows x M rows of a, one accumulator each, the
+// rows taken from RW stripes of the thread's range (RW streams far apart
+// read side by side: more misses in flight than one row at a time, which
+// read bf16 at ~75% of the read bandwidth on the dev VM; docs/notes/cpu.md),
+// each 16-element load widened once for M rows of a. The lanes of an accumulator are summed in a fixed tree, the k
 // tail (k % 16) scalar in k order: the same bits for any thread count.
 // Not the baseline's bits: FMA rounds once where mul + add round twice
 // (docs/notes/cpu.md says what is promised between builds).
@@ -71,11 +71,15 @@ AVX2_INLINE float hsum(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-// Weight rows [j, j + RW) against M rows of a: c[r][j + q] = alpha a_r . W_{j+q} (+ beta c).
+// Weight rows j + q rs (q < RW) against M rows of a: c[r][j + q rs] =
+// alpha a_r . W_{j + q rs} (+ beta c). rs = 1: adjacent rows; rs > 1: RW
+// streams far apart (stripes of a thread's rows, mf_cpu_sk_nt_avx2).
 AVX2_INLINE void nt_tile(const int M, const int RW, const mf_dtype dt, int64_t k, const float *a, int64_t lda,
-                         const char *w, int64_t ldw_bytes, float alpha, float beta, float *c, int64_t ldc, int64_t j) {
+                         const char *w, int64_t ldw_bytes, float alpha, float beta, float *c, int64_t ldc, int64_t j,
+                         int64_t rs) {
     const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     const char *wj = w + j * ldw_bytes;
+    const int64_t qs = rs * ldw_bytes; // bytes between the tile's rows
     __m256 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < M; r++)
@@ -83,12 +87,14 @@ AVX2_INLINE void nt_tile(const int M, const int RW, const mf_dtype dt, int64_t k
         for (int q = 0; q < RW; q++) acc[r][q] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= k; i += 16) {
-        // the next tile's rows at the same k: their pages start streaming
-        // before the loop gets there (on the dev VM 16-18 -> 20-21 GB/s of
-        // bf16 weights at m = 1; a prefetch 512-2048 bytes ahead in the
-        // same rows gained less). Past the matrix's end a prefetch is a no-op.
+        // the next tile's rows at the same k (each stream's next row when
+        // rs > 1): their pages start streaming before the loop gets there
+        // (on the dev VM 16-18 -> 20-21 GB/s of bf16 weights at m = 1; a
+        // prefetch 512-2048 bytes ahead in the same rows gained less). Past
+        // the matrix's end a prefetch is a no-op.
 #pragma GCC unroll 4
-        for (int q = 0; q < RW; q++) _mm_prefetch(wj + (RW + q) * ldw_bytes + i * es, _MM_HINT_T0);
+        for (int q = 0; q < RW; q++)
+            _mm_prefetch(wj + (rs > 1 ? ldw_bytes + q * qs : (RW + q) * ldw_bytes) + i * es, _MM_HINT_T0);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) { // a half of the block of a's M rows in registers, then RW rows of W
             __m256 av[4];
@@ -96,7 +102,7 @@ AVX2_INLINE void nt_tile(const int M, const int RW, const mf_dtype dt, int64_t k
             for (int r = 0; r < M; r++) av[r] = _mm256_loadu_ps(a + r * lda + i + 8 * h);
 #pragma GCC unroll 4
             for (int q = 0; q < RW; q++) {
-                const __m256 v = ld8(wj + q * ldw_bytes + i * es, h, dt);
+                const __m256 v = ld8(wj + q * qs + i * es, h, dt);
 #pragma GCC unroll 4
                 for (int r = 0; r < M; r++) acc[r][q] = _mm256_fmadd_ps(av[r], v, acc[r][q]);
             }
@@ -105,23 +111,28 @@ AVX2_INLINE void nt_tile(const int M, const int RW, const mf_dtype dt, int64_t k
     for (int r = 0; r < M; r++)
         for (int q = 0; q < RW; q++) {
             float s = hsum(acc[r][q]);
-            for (int64_t t = i; t < k; t++) s += a[r * lda + t] * v8_load1(wj + q * ldw_bytes, dt, t);
-            sk_out(c + r * ldc + j + q, s, alpha, beta);
+            for (int64_t t = i; t < k; t++) s += a[r * lda + t] * v8_load1(wj + q * qs, dt, t);
+            sk_out(c + r * ldc + j + q * rs, s, alpha, beta);
         }
 }
 
-// Weight rows [j0, j1) for M rows of a: tiles of RW rows, then single rows.
-// RW x M accumulators + M rows of a + one W vector: at most 16 ymm registers.
+// Weight rows [j0, j1) for M rows of a: the range cut into RW stripes read
+// side by side (tile i: rows j0 + i + q Q), then the rows past RW Q one by
+// one. RW x M accumulators + M rows of a + one W vector: at most 16 ymm
+// registers.
 AVX2_INLINE void nt_rows(const int M, const mf_dtype dt, int64_t k, const float *a, int64_t lda, const char *w,
                          int64_t ldw_bytes, float alpha, float beta, float *c, int64_t ldc, int64_t j0, int64_t j1) {
-    int64_t j = j0;
-    if (M <= 2)
-        for (; j + 4 <= j1; j += 4) nt_tile(M, 4, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j);
-    else if (M == 3)
-        for (; j + 3 <= j1; j += 3) nt_tile(M, 3, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j);
-    else
-        for (; j + 2 <= j1; j += 2) nt_tile(M, 2, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j);
-    for (; j < j1; j++) nt_tile(M, 1, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j);
+    const int RW = M <= 2 ? 4 : M == 3 ? 3 : 2;
+    const int64_t Q = (j1 - j0) / RW;
+    for (int64_t i = 0; i < Q; i++) {
+        if (RW == 4)
+            nt_tile(M, 4, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j0 + i, Q);
+        else if (RW == 3)
+            nt_tile(M, 3, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j0 + i, Q);
+        else
+            nt_tile(M, 2, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j0 + i, Q);
+    }
+    for (int64_t j = j0 + RW * Q; j < j1; j++) nt_tile(M, 1, dt, k, a, lda, w, ldw_bytes, alpha, beta, c, ldc, j, 1);
 }
 
 #define NT_M(M)                                                                                              \
