@@ -144,6 +144,7 @@ static void check_bench_topk(const mf_bench_topk_opts *o) {
 
 static void check_bench_gemv(const mf_bench_gemv_opts *o) {
     REQUIRE(o->m >= 0 && o->m <= 8 && !o->com.full && !o->com.no_gemm && !o->com.dt_given && o->com.max_mb == -1);
+    REQUIRE(!o->shapes || !strcmp(o->shapes, "tiny") || !strcmp(o->shapes, "tinyllama") || !strcmp(o->shapes, "smollm2"));
 }
 
 static void check_bench_model(const mf_bench_model_opts *o, char **argv, int argc) {

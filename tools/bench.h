@@ -181,6 +181,7 @@ typedef struct {
 typedef struct {
     mf_bench_common_opts com;         // no --dtype, --full, --max-mb or GEMM ceiling
     int m;                            // --m: one row count in [1, 8]; 0: 1, 2, 4 and 8
+    const char *shapes;               // --shapes tiny|tinyllama|smollm2 (CPU; NULL: tiny)
 } mf_bench_gemv_opts;
 
 // minfer bench gemm-host
