@@ -15,6 +15,13 @@ extern "C" {
 MF_OPS(MF_CPU_OP)
 #undef MF_CPU_OP
 
+// Elements of work below which an op over rows opens no OpenMP region:
+// waking the sleeping (PASSIVE) threads costs 10-40 us on the dev VM, about
+// what 2^16 elements of an elementwise op take on one core (decode steps at
+// 32 sequences of the default model: add_norm, act, kv_write over 6-32 K
+// elements each, ~60 regions a step).
+enum { MF_CPU_PAR_ELEMS = 1 << 16 };
+
 // Dtype conversion, all in convert.c.
 // dst[0 .. n) = elements [off, off + n) of a contiguous f32 / f16 / bf16 run
 // as f32 (exact): the row loaders of the ops.

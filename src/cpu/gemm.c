@@ -266,6 +266,45 @@ static void wide_b_gemm(const mf_gemm_args *p, const mf_mat_layout *lb, int64_t 
     mf_cpu_blas_restore(blas_threads);
 }
 
+// Multiply-adds below which a GEMM stays on one thread: waking the (PASSIVE,
+// sleeping) OpenMP threads costs ~10-20 us, a thread's 2^18 multiply-adds about as much.
+enum { F32_PAR_MACS = 1 << 18 };
+
+// c (m x n, row stride ldo) = alpha a @ b + beta c, all f32: b a Linear
+// weight W (n, k) (col_major) or row-major (k, n). One pool of threads: the
+// columns of c in panels (multiples of 16) over OpenMP's threads, each one
+// single-threaded BLAS call. OpenBLAS's own threads spin (sched_yield) after
+// a call and took the cores from the OpenMP regions between the GEMMs: the
+// engine at 32 sequences of the default model spent 67% of its cycles in
+// sched_yield (docs/notes/engine.md). One row: sgemv (~3x faster than sgemm).
+static void f32_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float *A, CBLAS_TRANSPOSE ta, blasint lda,
+                     const float *B, bool b_col_major, blasint ldb, float beta, float *out, blasint ldo) {
+    int64_t parts = omp_get_max_threads();
+    const int64_t macs = m * n * k;
+    while (parts > 1 && (macs / parts < F32_PAR_MACS || n / parts < 32)) parts--;
+    const int saved = mf_cpu_blas_serial(true);
+#pragma omp parallel for schedule(static, 1) num_threads((int)parts) if (parts > 1)
+    for (int64_t q = 0; q < parts; q++) {
+        const int64_t j0 = n * q / parts / 16 * 16, j1 = q + 1 == parts ? n : n * (q + 1) / parts / 16 * 16;
+        const int64_t w = j1 - j0;
+        if (w <= 0) continue;
+        const float *Bq = b_col_major ? B + j0 * ldb : B + j0;
+        if (m == 1) {
+            const blasint incx = ta == CblasTrans ? lda : 1; // a (1, k): a column of a col-major a
+            if (b_col_major) // c = W a
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)w, (blasint)k, alpha, Bq, ldb, A, incx, beta,
+                            out + j0, 1);
+            else // c = B^T a
+                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)w, alpha, Bq, ldb, A, incx, beta,
+                            out + j0, 1);
+        } else {
+            cblas_sgemm(CblasRowMajor, ta, b_col_major ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)w,
+                        (blasint)k, alpha, A, lda, Bq, ldb, beta, out + j0, ldo);
+        }
+    }
+    mf_cpu_blas_restore(saved);
+}
+
 // row[0..n) = gelu?(row + bias).
 MF_CPU_HOT static void epilogue_row(float *row, const float *bias, bool gelu, int64_t n) {
     if (bias)
@@ -363,23 +402,8 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         } else if (stage_b) {
             wide_b_gemm(p, &lb, bt, m, n, k, A, ta, lda, beta, out, ldo, wb, nb, threads);
         } else if (k > 0) {
-            const float *B = (const float *)p->b.data + bt * lb.batch_stride;
-            const CBLAS_TRANSPOSE tb = lb.col_major ? CblasTrans : CblasNoTrans;
-            const blasint ldb = (blasint)lb.ld;
-            if (m == 1) {
-                // One row (a decode step's LM head, projections at batch 1):
-                // sgemv is ~3x faster than sgemm here. c = alpha * a_row @ B + beta * c.
-                blasint incx = (blasint)(la.col_major ? la.ld : 1);
-                if (tb == CblasNoTrans) // B (k, n) row-major: c = B^T a
-                    cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)n, p->alpha, B, ldb, A, incx, beta,
-                                out, 1);
-                else // B stored as W (n, k) row-major: c = W a
-                    cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)k, p->alpha, B, ldb, A, incx, beta,
-                                out, 1);
-            } else {
-                cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, p->alpha, A, lda, B, ldb,
-                            beta, out, ldo);
-            }
+            f32_gemm(m, n, k, p->alpha, A, ta, lda, (const float *)p->b.data + bt * lb.batch_stride, lb.col_major,
+                     (blasint)lb.ld, beta, out, ldo);
         } else if (!c_f32 || beta == 0.0f) {
             for (int64_t i = 0; i < m; i++) memset(out + i * ldo, 0, (size_t)n * sizeof(float));
         } else {
@@ -390,7 +414,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         bool need = !c_f32 || bias || p->epilogue != MF_EPILOGUE_NONE;
         if (!need) continue;
         // (one row: no region; waking the sleeping threads costs more than the row, docs/notes/cpu.md)
-#pragma omp parallel for schedule(static) if (m > 1)
+#pragma omp parallel for schedule(static) if (m > 1 && m * n >= MF_CPU_PAR_ELEMS)
         for (int64_t i = 0; i < m; i++) {
             float *row = out + i * ldo;
             if (!c_f32 && p->beta != 0.0f) {
