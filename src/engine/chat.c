@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/chat.h"
 #include "core/fileio.h"
+#include "core/sbuf.h"
 #include "model/load/model.h"
 
 // Index = mf_chat_kind.
@@ -69,36 +70,10 @@ mf_chat_kind mf_chat_recognise(uint64_t hash) {
 
 // ---- the canonical form ------------------------------------------------------------------------
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} cbuf;
-
-static void cb_put(cbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = mf_malloc(cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        if (b->n) memcpy(p, b->p, b->n);
-        free(b->p);
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void cb_chr(cbuf *b, char c) { cb_put(b, &c, 1); }
+static void cb_chr(mf_sbuf *b, char c) { mf_sbuf_put(b, &c, 1); }
 
 // One string literal starting at s[i] (a quote); returns the index after it.
-static size_t canon_literal(cbuf *b, const char *s, size_t len, size_t i) {
+static size_t canon_literal(mf_sbuf *b, const char *s, size_t len, size_t i) {
     const char q = s[i++];
     cb_chr(b, '\'');
     while (i < len && s[i] != q) {
@@ -128,7 +103,7 @@ mf_status mf_chat_canonical(const char *text, char **out, size_t *out_len) {
     size_t len = strlen(text);
     if (len >= 2 && text[len - 2] == '\r' && text[len - 1] == '\n') len -= 2; // Jinja drops one trailing
     else if (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) len--;  // newline
-    cbuf b = {0};
+    mf_sbuf b = {0};
     size_t i = 0;
     while (i < len) {
         const char c = text[i];
@@ -143,8 +118,8 @@ mf_status mf_chat_canonical(const char *text, char **out, size_t *out_len) {
             i += 2;
             while (i + 1 < len && !(text[i] == '#' && text[i + 1] == '}')) i++;
             const bool trim_after = i + 1 < len && text[i - 1] == '-';
-            if (trim_before) cb_put(&b, "{#-#}", 5);
-            if (trim_after) cb_put(&b, "{#--#}", 6);
+            if (trim_before) mf_sbuf_put(&b, "{#-#}", 5);
+            if (trim_after) mf_sbuf_put(&b, "{#--#}", 6);
             i = i + 1 < len ? i + 2 : len;
             continue;
         }
@@ -176,13 +151,13 @@ mf_status mf_chat_canonical(const char *text, char **out, size_t *out_len) {
             }
         }
     }
-    if (!b.oom && !b.p) cb_put(&b, "", 0);
+    if (!b.oom && !b.p) mf_sbuf_put(&b, "", 0);
     if (b.oom) {
         free(b.p);
         return mf_fail(MF_ERR_OOM, "chat template: out of host memory");
     }
     *out = b.p;
-    *out_len = b.n;
+    *out_len = b.len;
     return MF_OK;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/sbuf.h"
 #include "engine/chat.h"
 
 typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } chat_role;
@@ -25,33 +26,6 @@ typedef struct {
 
 // ---- output ------------------------------------------------------------------------------------
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = mf_malloc(cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        if (b->n) memcpy(p, b->p, b->n);
-        free(b->p);
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
 
 // ---- text --------------------------------------------------------------------------------------
 
@@ -99,7 +73,7 @@ static unsigned cp_at(const unsigned char *s, size_t i, size_t *n) {
 }
 
 // Appends s[0..len) with Python's strip() applied (s is valid UTF-8).
-static void put_strip(sbuf *b, const char *s, size_t len) {
+static void put_strip(mf_sbuf *b, const char *s, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, end = len, n;
     while (start < end && py_space(cp_at(u, start, &n))) start += n;
@@ -109,7 +83,7 @@ static void put_strip(sbuf *b, const char *s, size_t len) {
         if (!py_space(cp_at(u, k, &n))) break;
         end = k;
     }
-    put(b, s + start, end - start);
+    mf_sbuf_put(b, s + start, end - start);
 }
 
 // ---- what every template shares ----------------------------------------------------------------
@@ -117,7 +91,7 @@ static void put_strip(sbuf *b, const char *s, size_t len) {
 typedef struct {
     const mf_chat_template *t;
     const char *name; // the kind's name, for messages
-    sbuf out;
+    mf_sbuf out;
 } render_ctx;
 
 // The template's raise_exception(...): the conversation breaks its rules.
@@ -133,12 +107,12 @@ static mf_status put_token_expr(render_ctx *c, const char *tok, const char *whic
         return mf_fail(MF_ERR_UNSUPPORTED, "chat_render: the %s template inserts %s, which the checkpoint does not "
                                            "define (tokenizer_config.json)",
                        c->name, which);
-    puts_(&c->out, tok);
+    mf_sbuf_puts(&c->out, tok);
     return MF_OK;
 }
 
 static void put_token_print(render_ctx *c, const char *tok) {
-    if (tok) puts_(&c->out, tok);
+    if (tok) mf_sbuf_puts(&c->out, tok);
 }
 
 // ---- Llama-2 -----------------------------------------------------------------------------------
@@ -161,29 +135,29 @@ static mf_status render_llama2(render_ctx *c, const msg *ms, int64_t n) {
         if (m->role == ROLE_SYSTEM) continue;
         if (m->role == ROLE_USER) {
             MF_TRY(put_token_expr(c, c->t->bos, "bos_token"));
-            puts_(&c->out, "[INST] ");
+            mf_sbuf_puts(&c->out, "[INST] ");
         } else {
-            puts_(&c->out, " ");
+            mf_sbuf_puts(&c->out, " ");
         }
         if (k == 0 && has_sys) { // strip() applies to the whole concatenation
-            sbuf tmp = {0};
-            puts_(&tmp, "<<SYS>>\n");
-            put(&tmp, ms[0].text, ms[0].len);
-            puts_(&tmp, "\n<</SYS>>\n\n");
-            put(&tmp, m->text, m->len);
+            mf_sbuf tmp = {0};
+            mf_sbuf_puts(&tmp, "<<SYS>>\n");
+            mf_sbuf_put(&tmp, ms[0].text, ms[0].len);
+            mf_sbuf_puts(&tmp, "\n<</SYS>>\n\n");
+            mf_sbuf_put(&tmp, m->text, m->len);
             if (tmp.oom) {
                 free(tmp.p);
                 return mf_fail(MF_ERR_OOM, "chat_render: out of host memory");
             }
-            put_strip(&c->out, tmp.p, tmp.n);
+            put_strip(&c->out, tmp.p, tmp.len);
             free(tmp.p);
         } else {
             put_strip(&c->out, m->text, m->len);
         }
         if (m->role == ROLE_USER) {
-            puts_(&c->out, " [/INST]");
+            mf_sbuf_puts(&c->out, " [/INST]");
         } else {
-            puts_(&c->out, " ");
+            mf_sbuf_puts(&c->out, " ");
             MF_TRY(put_token_expr(c, c->t->eos, "eos_token"));
         }
     }
@@ -193,11 +167,11 @@ static mf_status render_llama2(render_ctx *c, const msg *ms, int64_t n) {
 // ---- Llama-3 -----------------------------------------------------------------------------------
 
 static void put_llama3_turn(render_ctx *c, const char *role, const char *text, size_t len) {
-    puts_(&c->out, "<|start_header_id|>");
-    puts_(&c->out, role);
-    puts_(&c->out, "<|end_header_id|>\n\n");
+    mf_sbuf_puts(&c->out, "<|start_header_id|>");
+    mf_sbuf_puts(&c->out, role);
+    mf_sbuf_puts(&c->out, "<|end_header_id|>\n\n");
     put_strip(&c->out, text, len);
-    puts_(&c->out, "<|eot_id|>");
+    mf_sbuf_puts(&c->out, "<|eot_id|>");
 }
 
 // 3.0: per message: (bos_token + on the first) '<|start_header_id|>' + role +
@@ -207,7 +181,7 @@ static mf_status render_llama3(render_ctx *c, const msg *ms, int64_t n, bool gen
         if (i == 0) MF_TRY(put_token_expr(c, c->t->bos, "bos_token"));
         put_llama3_turn(c, role_names[ms[i].role], ms[i].text, ms[i].len);
     }
-    if (gen) puts_(&c->out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (gen) mf_sbuf_puts(&c->out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return MF_OK;
 }
 
@@ -239,18 +213,18 @@ static mf_status render_llama31(render_ctx *c, const msg *ms, int64_t n, const m
         date = "26 Jul 2024";
     }
     put_token_print(c, c->t->bos);
-    puts_(&c->out, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n");
-    puts_(&c->out, "Today Date: ");
-    puts_(&c->out, date);
-    puts_(&c->out, "\n\n");
+    mf_sbuf_puts(&c->out, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n");
+    mf_sbuf_puts(&c->out, "Today Date: ");
+    mf_sbuf_puts(&c->out, date);
+    mf_sbuf_puts(&c->out, "\n\n");
     int64_t first = 0;
     if (ms[0].role == ROLE_SYSTEM) {
         put_strip(&c->out, ms[0].text, ms[0].len);
         first = 1;
     }
-    puts_(&c->out, "<|eot_id|>");
+    mf_sbuf_puts(&c->out, "<|eot_id|>");
     for (int64_t i = first; i < n; i++) put_llama3_turn(c, role_names[ms[i].role], ms[i].text, ms[i].len);
-    if (o->add_generation_prompt) puts_(&c->out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (o->add_generation_prompt) mf_sbuf_puts(&c->out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return MF_OK;
 }
 
@@ -266,13 +240,13 @@ static mf_status render_mistral_old(render_ctx *c, const msg *ms, int64_t n, boo
         if ((m->role == ROLE_USER) != (i % 2 == 0))
             return refuse(c, i, m, "Conversation roles must alternate user/assistant/user/assistant/...");
         if (m->role == ROLE_USER) {
-            puts_(&c->out, "[INST] ");
-            put(&c->out, m->text, m->len);
-            puts_(&c->out, " [/INST]");
+            mf_sbuf_puts(&c->out, "[INST] ");
+            mf_sbuf_put(&c->out, m->text, m->len);
+            mf_sbuf_puts(&c->out, " [/INST]");
         } else if (m->role == ROLE_ASSISTANT) {
-            put(&c->out, m->text, m->len);
+            mf_sbuf_put(&c->out, m->text, m->len);
             MF_TRY(put_token_expr(c, c->t->eos, "eos_token"));
-            if (eos_space) puts_(&c->out, " ");
+            if (eos_space) mf_sbuf_puts(&c->out, " ");
         } else {
             return refuse(c, i, m, "Only user and assistant roles are supported!");
         }
@@ -307,17 +281,17 @@ static mf_status render_mistral(render_ctx *c, const msg *ms, int64_t n, bool v3
         const int64_t k = i - first;
         if (!v3 && (m->role == ROLE_USER) != (k % 2 == 0)) return refuse(c, i, m, mistral_alternate);
         if (m->role == ROLE_USER) {
-            puts_(&c->out, v3 ? "[INST] " : " [INST] ");
+            mf_sbuf_puts(&c->out, v3 ? "[INST] " : " [INST] ");
             if (has_sys && (v3 ? i == n - 1 : k == 0)) {
-                put(&c->out, ms[0].text, ms[0].len);
-                puts_(&c->out, "\n\n");
+                mf_sbuf_put(&c->out, ms[0].text, ms[0].len);
+                mf_sbuf_puts(&c->out, "\n\n");
             }
-            put(&c->out, m->text, m->len);
-            puts_(&c->out, v3 ? "[/INST]" : " [/INST]");
+            mf_sbuf_put(&c->out, m->text, m->len);
+            mf_sbuf_puts(&c->out, v3 ? "[/INST]" : " [/INST]");
         } else if (m->role == ROLE_ASSISTANT) {
-            puts_(&c->out, " ");
+            mf_sbuf_puts(&c->out, " ");
             if (v3) put_strip(&c->out, m->text, m->len);
-            else put(&c->out, m->text, m->len);
+            else mf_sbuf_put(&c->out, m->text, m->len);
             MF_TRY(put_token_expr(c, c->t->eos, "eos_token"));
         } else {
             return refuse(c, i, m, mistral_roles);
@@ -333,18 +307,18 @@ static mf_status render_mistral(render_ctx *c, const msg *ms, int64_t n, bool v3
 // open with one; then '<|im_start|>assistant\n' as the generation prompt.
 static mf_status render_chatml(render_ctx *c, const msg *ms, int64_t n, const char *default_system, bool gen) {
     if (default_system && ms[0].role != ROLE_SYSTEM) {
-        puts_(&c->out, "<|im_start|>system\n");
-        puts_(&c->out, default_system);
-        puts_(&c->out, "<|im_end|>\n");
+        mf_sbuf_puts(&c->out, "<|im_start|>system\n");
+        mf_sbuf_puts(&c->out, default_system);
+        mf_sbuf_puts(&c->out, "<|im_end|>\n");
     }
     for (int64_t i = 0; i < n; i++) {
-        puts_(&c->out, "<|im_start|>");
-        puts_(&c->out, role_names[ms[i].role]);
-        puts_(&c->out, "\n");
-        put(&c->out, ms[i].text, ms[i].len);
-        puts_(&c->out, "<|im_end|>\n");
+        mf_sbuf_puts(&c->out, "<|im_start|>");
+        mf_sbuf_puts(&c->out, role_names[ms[i].role]);
+        mf_sbuf_puts(&c->out, "\n");
+        mf_sbuf_put(&c->out, ms[i].text, ms[i].len);
+        mf_sbuf_puts(&c->out, "<|im_end|>\n");
     }
-    if (gen) puts_(&c->out, "<|im_start|>assistant\n");
+    if (gen) mf_sbuf_puts(&c->out, "<|im_start|>assistant\n");
     return MF_OK;
 }
 
@@ -427,13 +401,13 @@ mf_status mf_chat_render(const mf_chat_template *t, const mf_chat_message *msgs,
         }
     }
     free(ms);
-    if (st == MF_OK && !c.out.oom && !c.out.p) put(&c.out, "", 0); // an empty rendering is still a buffer
+    if (st == MF_OK && !c.out.oom && !c.out.p) mf_sbuf_put(&c.out, "", 0); // an empty rendering is still a buffer
     if (st == MF_OK && c.out.oom) st = mf_fail(MF_ERR_OOM, "%s: out of host memory", fn);
     if (st != MF_OK) {
         free(c.out.p);
         return st;
     }
     *text = c.out.p;
-    *len = c.out.n;
+    *len = c.out.len;
     return MF_OK;
 }

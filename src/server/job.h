@@ -17,7 +17,7 @@
 #include "minfer/engine.h"
 #include "server/oai_request.h"
 #include "server/oai_response.h"
-#include "server/sbuf.h"
+#include "core/sbuf.h"
 
 struct MHD_Connection;
 typedef struct mf_srv mf_srv;

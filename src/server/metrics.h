@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "server/sbuf.h"
+#include "core/sbuf.h"
 
 enum { MF_METRICS_MAX_BUCKETS = 24 };
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "server/oai_request.h"
-#include "server/sbuf.h"
+#include "core/sbuf.h"
 
 // The bytes of token `id` as it reads after token `prev` (-1: at the
 // start), appended to out: the texts of logprobs entries.

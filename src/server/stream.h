@@ -8,7 +8,7 @@
 
 #include "server/job.h"
 #include "server/oai_response.h"
-#include "server/sbuf.h"
+#include "core/sbuf.h"
 
 // MHD's content reader for a streamed job: copies up to max bytes of SSE
 // into buf; with nothing to send it suspends the connection and returns 0

@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "server/sbuf.h"
+#include "core/sbuf.h"
 
 // Length of the well-formed character at s[0 .. n), or 0 when s starts with
 // an ill-formed sequence; *bad (when not NULL) gets the length of its

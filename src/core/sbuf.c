@@ -1,9 +1,11 @@
-#include "server/sbuf.h"
+#include "core/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/alloc.h"
 
 static bool reserve(mf_sbuf *b, size_t extra) {
     if (b->oom) return false;
@@ -16,7 +18,7 @@ static bool reserve(mf_sbuf *b, size_t extra) {
         }
         cap *= 2;
     }
-    char *p = realloc(b->p, cap);
+    char *p = mf_fault_should_fail() ? NULL : realloc(b->p, cap); // the fault injector's point
     if (!p) {
         b->oom = true;
         return false;

@@ -1,9 +1,9 @@
-// Internal (server): a growable byte string for building responses.
+// Internal: a growable byte string (server responses, chat templates).
 //
 // Appends never fail loudly: an allocation failure sets `oom` and later
 // appends do nothing, so a builder checks once at the end.
-#ifndef MF_SERVER_SBUF_H
-#define MF_SERVER_SBUF_H
+#ifndef MF_CORE_SBUF_H
+#define MF_CORE_SBUF_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,4 +27,4 @@ void mf_sbuf_printf(mf_sbuf *b, const char *fmt, ...) MF_SBUF_PRINTF(2, 3);
 void mf_sbuf_consume(mf_sbuf *b, size_t n);
 void mf_sbuf_free(mf_sbuf *b); // zeroes *b
 
-#endif // MF_SERVER_SBUF_H
+#endif // MF_CORE_SBUF_H
