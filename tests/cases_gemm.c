@@ -538,4 +538,20 @@ void th_cases_gemm(th_list *l) {
                              .beta = m == 8 ? 0.5f : 0.0f};
                 add_gemm(l, &po);
             }
+
+    // 11. f32 GEMMs big enough for the CPU to split c's columns over its
+    //     threads (m n k >= 2^19, n >= 64: one single-threaded BLAS call per
+    //     panel, panels cut at multiples of 16): one row (sgemv, a plain or
+    //     column-major a: a strided row) and 37 rows, b a Linear weight or
+    //     row-major, odd n, padded rows, beta != 0, alpha, bias, GELU.
+    static const int64_t big[][3] = {{1, 1031, 517}, {37, 203, 129}, {1, 77, 8200}};
+    v = 0;
+    for (size_t s = 0; s < sizeof big / sizeof big[0]; s++)
+        for (int t = 0; t < 4; t++, v++) {
+            gemm_p pf = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .m = big[s][0], .n = big[s][1], .k = big[s][2],
+                         .ta = t & 1, .tb = t >> 1, .pad_a = v % 3 == 1 ? 3 : 0, .pad_b = v % 3 == 2 ? 5 : 0,
+                         .pad_c = v % 2 ? 7 : 0, .bias = t == 3, .act = t == 2 ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE,
+                         .alpha = t == 1 ? -0.75f : 1.0f, .beta = t >= 2 ? 0.5f : 0.0f};
+            add_gemm(l, &pf);
+        }
 }
