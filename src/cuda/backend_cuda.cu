@@ -47,6 +47,7 @@ static void ctx_release(mf_cuda_ctx *c) {
     mf_cuda_softmax_release(c);
     if (c->lt) cublasLtDestroy(c->lt);
     mf_cuda_moe_release(c);
+    mf_cuda_attention_release(c);
     if (c->workspace) cudaFree(c->workspace);
     if (c->err_count) cudaFree(c->err_count);
     if (c->err_host) cudaFreeHost(c->err_host);

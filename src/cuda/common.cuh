@@ -14,11 +14,17 @@
 
 #include "backend.h"
 #include "core/error.h"
+#include "cuda/portable.cuh"
+#include "cuda/ptx.cuh"
 
 // ---- the backend context --------------------------------------------------------
 
-struct mf_cuda_gemm_state;     // gemm.cu: the cuBLASLt plan cache and f32 scratch
-struct mf_cuda_softmax_launch; // softmax.cu: occupancy and device limits, asked once
+// Each op family keeps what it caches per backend (plans, device limits,
+// handles, how its last call ran) in one state of its own, made by its first
+// use and freed by its mf_cuda_<family>_release at backend teardown.
+struct mf_cuda_gemm_state;      // gemm/gemm.cu: the cuBLASLt plan cache and f32 scratch
+struct mf_cuda_softmax_state;   // softmax/softmax.cuh: occupancy and device limits, asked once
+struct mf_cuda_attention_state; // attention/attention.cuh: the last path, whether the sm_90a kernel runs
 
 struct mf_cuda_ctx {
     int device;               // ordinal current when the backend was created; ops run there
@@ -38,12 +44,11 @@ struct mf_cuda_ctx {
     bool capturing;           // between graph_begin and graph_end
     bool fatal;               // a queued kernel faulted: the CUDA context is unusable (sync, copy, set_stream refuse)
     mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
-    mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
+    mf_cuda_softmax_state *softmax;  // created by the first softmax; freed by mf_cuda_softmax_release
     void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
     const char *moe_path;     // how the last moe_experts ran: "decode" | "wgmma" | "loop" | "grouped" (moe.cu); NULL before
     int moe_sm90;             // the sm_90a grouped GEMM runs here: 1 yes, -1 no, 0 not asked yet (moe_gemm.cu)
-    const char *attn_path;    // how the last attention ran: "decode" | "wgmma" | "prefill" | "fallback"; NULL before
-    int attn_sm90;            // the sm_90a prefill attention runs here: 1 yes, -1 no, 0 not asked yet
+    mf_cuda_attention_state *attention;
 };
 
 // Slots of mf_cuda_ctx::err_count: one counter per kind of device-side error.
@@ -120,6 +125,7 @@ void mf_cuda_graph_free(mf_backend *be, void *graph);
 void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
 void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
 void mf_cuda_moe_release(mf_cuda_ctx *c);       // moe.cu: frees c->cublas
+void mf_cuda_attention_release(mf_cuda_ctx *c); // attention/attention.cu
 }
 
 // ---- device helpers -------------------------------------------------------------------
