@@ -221,7 +221,11 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     attn_softmax_finish<D / 8>([&](int i, int e) -> float & { return o[i][e]; }, mrow, lrow, lse);
 
     // Stage the warp's 16 rows in its own rows of sQ (only this warp read
-    // them), then 16-byte coalesced stores of whole rows.
+    // them), then 16-byte coalesced stores of whole rows. The __syncwarp
+    // orders the lanes' ldmatrix reads of those rows before the writes: a
+    // block that visits no key tile (k_len 0) has no barrier in between, and
+    // lanes are separate threads (found by the emulator's TSan mode).
+    __syncwarp();
 #pragma unroll
     for (int i = 0; i < D / 8; i++)
 #pragma unroll
