@@ -144,6 +144,7 @@ static void check_bench_topk(const mf_bench_topk_opts *o) {
 
 static void check_bench_gemv(const mf_bench_gemv_opts *o) {
     REQUIRE(o->m >= 0 && o->m <= 8 && !o->com.full && !o->com.no_gemm && !o->com.dt_given && o->com.max_mb == -1);
+    REQUIRE(!o->shapes || !strcmp(o->shapes, "tiny") || !strcmp(o->shapes, "tinyllama") || !strcmp(o->shapes, "smollm2"));
 }
 
 static void check_bench_model(const mf_bench_model_opts *o, char **argv, int argc) {
@@ -154,6 +155,26 @@ static void check_bench_model(const mf_bench_model_opts *o, char **argv, int arg
 
 static void check_bench_gemm_host(const mf_bench_gemm_host_opts *o) {
     REQUIRE(o->m >= 1 && o->m <= 4096 && o->reps >= 1 && o->reps <= 100000);
+}
+
+static void check_bench_serve(const mf_bench_serve_opts *o, char **argv, int argc) {
+    mf_model_args m = o->model; // no -m, no --synthetic: the default model's folder
+    if (m.dir && !strcmp(m.dir, "models/minfer-kjv-3m") && !is_argv(argv, argc, m.dir)) m.dir = NULL, m.synthetic = "x";
+    check_model(&m, argv, argc);
+    REQUIRE(o->requests >= 1 && o->requests <= 100000 && o->shared >= 0 && o->shared <= (1 << 20));
+    REQUIRE(o->in_lo >= 1 && o->in_lo <= o->in_hi && o->in_hi <= (1 << 20));
+    REQUIRE(o->out_lo >= 1 && o->out_lo <= o->out_hi && o->out_hi <= (1 << 20));
+    REQUIRE(list_ok(&o->conc, 1, 100000) && (o->conc.n > 0 || o->rates));
+    int n = 0;
+    for (const char *p = o->rates; p && *p; n++) { // what bs_run parses again
+        char *end;
+        const double r = strtod(p, &end);
+        REQUIRE(end != p && r > 0 && isfinite(r) && (*end == ',' || !*end));
+        p = *end ? end + 1 : end;
+    }
+    REQUIRE(n <= 32);
+    REQUIRE(o->eng.kv_blocks >= 0 && o->eng.max_batched_tokens >= 0 && o->eng.max_seqs >= 0);
+    REQUIRE(o->eng.block_size == 0 || (o->eng.block_size >= 16 && o->eng.block_size <= 1024));
 }
 
 // Every bench of the table: the common options, then its own.
@@ -178,6 +199,7 @@ static void run_benches(int argc, char **argv, char *err) {
             else if (d == &mf_bench_gemv) check_bench_gemv(o);
             else if (d == &mf_bench_gemm_host) check_bench_gemm_host(o);
             else if (d == &mf_bench_model) check_bench_model(o, argv, argc);
+            else if (d == &mf_bench_serve) check_bench_serve(o, argv, argc);
             else REQUIRE(!"a bench without checks in fuzz_cli.c");
         }
         free(o);

@@ -70,6 +70,8 @@ typedef struct {
     bool gpu_only;  // reference for a subset of rows; skipped on the CPU
     float scale;    // 0: 1 / sqrt(D)
     int32_t num_splits;
+    bool kv16;      // k and v in kvt (f16/bf16) under f32 q and o: a 16-bit KV cache (CPU; CUDA refuses)
+    mf_dtype kvt;
 } at_p;
 
 // Element offset of (row, head, d) in a 3-D view, or (b, i, head, d) in a 4-D one.
@@ -129,7 +131,7 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
         return TH_SKIP;
     }
     const int64_t H = p->H, KVH = p->KVH, D = p->D, grp = H / KVH, B = p->nseq;
-    const mf_dtype dt = p->dt;
+    const mf_dtype dt = p->dt, kdt = p->kv16 ? p->kvt : dt; // q and o; k and v
     const bool fixed = p->mode == AM_FIXED;
     int64_t cq[AT_MAX_SEQ + 1] = {0}, ck[AT_MAX_SEQ + 1] = {0}, maxq = 0, maxk = 0;
     for (int64_t b = 0; b < B; b++) {
@@ -171,13 +173,13 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
     } else if (fixed) {
         const int64_t qs[4] = {B, p->ql[0], H, D}, ks[4] = {B, p->kl[0], KVH, D};
         bq = th_tensor(ctx, dt, 4, qs, NULL, &a.q);
-        bk = th_tensor(ctx, dt, 4, ks, NULL, &a.k);
-        bv = th_tensor(ctx, dt, 4, ks, NULL, &a.v);
+        bk = th_tensor(ctx, kdt, 4, ks, NULL, &a.k);
+        bv = th_tensor(ctx, kdt, 4, ks, NULL, &a.v);
     } else if (p->mode == AM_PACKED) {
         const int64_t qs[3] = {TQ, H, D}, ks[3] = {TK, KVH, D};
         bq = th_tensor(ctx, dt, 3, qs, NULL, &a.q);
-        bk = th_tensor(ctx, dt, 3, ks, NULL, &a.k);
-        bv = th_tensor(ctx, dt, 3, ks, NULL, &a.v);
+        bk = th_tensor(ctx, kdt, 3, ks, NULL, &a.k);
+        bv = th_tensor(ctx, kdt, 3, ks, NULL, &a.v);
     } else if (p->mode == AM_PAGED) { // (n_blocks, bs, KVH, D): every sequence's blocks + 3 unused, shuffled
         int64_t nb = 3;
         for (int64_t b = 0; b < B; b++) {
@@ -187,8 +189,8 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
         }
         const int64_t qs[3] = {TQ, H, D}, cs[4] = {nb, p->bs, KVH, D};
         bq = th_tensor(ctx, dt, 3, qs, NULL, &a.q);
-        bk = th_tensor(ctx, dt, 4, cs, NULL, &a.k);
-        bv = th_tensor(ctx, dt, 4, cs, NULL, &a.v);
+        bk = th_tensor(ctx, kdt, 4, cs, NULL, &a.k);
+        bv = th_tensor(ctx, kdt, 4, cs, NULL, &a.v);
         int32_t *perm = th_scratch(ctx, (size_t)nb * sizeof *perm);
         for (int64_t i = 0; i < nb; i++) perm[i] = (int32_t)i;
         for (int64_t i = nb - 1; i > 0; i--) { // Fisher-Yates
@@ -207,8 +209,8 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
         n_slots = B + 2, max_len = maxk + 3;
         const int64_t qs[3] = {TQ, H, D}, cs[4] = {n_slots, max_len, KVH, D};
         bq = th_tensor(ctx, dt, 3, qs, NULL, &a.q);
-        bk = th_tensor(ctx, dt, 4, cs, NULL, &a.k);
-        bv = th_tensor(ctx, dt, 4, cs, NULL, &a.v);
+        bk = th_tensor(ctx, kdt, 4, cs, NULL, &a.k);
+        bv = th_tensor(ctx, kdt, 4, cs, NULL, &a.v);
         int32_t perm[AT_MAX_SEQ + 2];
         for (int64_t s = 0; s < n_slots; s++) perm[s] = (int32_t)s;
         if (p->permute)
@@ -398,6 +400,9 @@ static th_result run_attention(th_ctx *ctx, const void *params) {
         }
     }
 
+    if (p->kv16 && mf_backend_device(ctx->be) != MF_DEVICE_CPU) // a 16-bit cache under f32 q: the CPU's only
+        return th_expect(ctx, mf_attention(ctx->be, &a), MF_ERR_UNSUPPORTED, "the CPU's", "f32 q, 16-bit k/v") ? TH_PASS
+                                                                                                          : TH_FAIL;
     TH_CALL(ctx, mf_attention(ctx->be, &a));
     if (!expect_path(ctx, dt, D, (fixed ? maxq : a.max_q_len) * grp)) return TH_FAIL;
     bool ok = th_check(ctx, bo, &a.o, oref, obnd, "o");
@@ -427,6 +432,7 @@ static void add_case(th_list *l, const at_p *p) {
     if (p->outliers) n += (size_t)snprintf(ext + n, sizeof ext - n, ",outliers=1");
     if (p->scale != 0.0f) n += (size_t)snprintf(ext + n, sizeof ext - n, ",scale=%g", (double)p->scale);
     if (p->num_splits) n += (size_t)snprintf(ext + n, sizeof ext - n, ",splits=%d", (int)p->num_splits);
+    if (p->kv16) n += (size_t)snprintf(ext + n, sizeof ext - n, ",kv=%s", mf_dtype_name(p->kvt));
     th_add(l, run_attention, p, sizeof *p, "attention(dtype=%s,mode=%s,%s,heads=%lld/%lld,head_dim=%lld,causal=%d%s)",
            mf_dtype_name(p->dt), mode_names[p->mode], lens, (long long)p->H, (long long)p->KVH, (long long)p->D,
            th_b(p->causal), ext);
@@ -486,6 +492,8 @@ static th_result run_validation(th_ctx *ctx, const void *params) {
     TRY(a, t.k.shape[2] = 4; t.v.shape[2] = 4, MF_ERR_INVALID_ARG, "k head_dim 4 != q head_dim 64", "head_dim mismatch");
     TRY(a, t.v.shape[2] = 4, MF_ERR_INVALID_ARG, "v shape[2] = 4 != k's 64", "v head_dim");
     TRY(a, t.k.dtype = MF_DTYPE_F16, MF_ERR_INVALID_ARG, "k f16", "mixed dtypes");
+    TRY(a, t.k.dtype = t.v.dtype = MF_DTYPE_F16, MF_ERR_INVALID_ARG, "k f16, v f16", "16-bit k/v under bf16 q");
+    TRY(a, t.k.dtype = t.v.dtype = MF_DTYPE_F32, MF_ERR_INVALID_ARG, "k f32, v f32", "f32 k/v under bf16 q");
     TRY(a, t.o.dtype = MF_DTYPE_F32, MF_ERR_INVALID_ARG, "o f32", "o dtype");
     TRY(a, t.q.dtype = MF_DTYPE_I32; t.k.dtype = t.v.dtype = t.o.dtype = MF_DTYPE_I32, MF_ERR_INVALID_ARG,
         "q dtype i32", "i32 q");
@@ -685,6 +693,28 @@ void th_cases_attention(th_list *l) {
         add_case(l, &p);
         p.window = 5;
         add_case(l, &p);
+    }
+    // 4b. A 16-bit KV cache under f32 q and o (the CPU's --kv-dtype f16/bf16):
+    //     decode steps and a chunked prefill over slots, a paged pool, fixed
+    //     mode; GQA. CUDA must refuse it (MF_ERR_UNSUPPORTED).
+    {
+        const int64_t qd[4] = {1, 1, 1, 1}, kd[4] = {1, 700, 129, 64};
+        const int64_t qc[3] = {5, 40, 64}, kc[3] = {300, 40, 64};
+        for (int t = 0; t < 2; t++) {
+            const mf_dtype kv = t ? MF_DTYPE_BF16 : MF_DTYPE_F16;
+            at_p p = var_case(MF_DTYPE_F32, AM_CACHE, 4, qd, kd, 8, 2, 64, true);
+            p.kv16 = true, p.kvt = kv, p.permute = true, p.lse = true, p.outliers = t == 1;
+            add_case(l, &p);
+            p = var_case(MF_DTYPE_F32, AM_CACHE, 3, qc, kc, 4, 1, t ? 128 : 64, true);
+            p.kv16 = true, p.kvt = kv, p.permute = true, p.window = t ? 50 : 0;
+            add_case(l, &p);
+            p = var_case(MF_DTYPE_F32, AM_PAGED, 3, qc, kc, 8, 2, 64, true);
+            p.kv16 = true, p.kvt = kv, p.bs = 16, p.lse = true;
+            add_case(l, &p);
+            p = fixed_case(MF_DTYPE_F32, 2, 33, 150, 8, 2, 64, true);
+            p.kv16 = true, p.kvt = kv;
+            add_case(l, &p);
+        }
     }
     // 5. Sliding windows (fixed and packed), window 1, and longer than the sequence.
     {

@@ -152,6 +152,7 @@ bad "--iters needs a value" bench gemv --iters
 bad "unknown option --bogus (see minfer bench gemv --help)" bench gemv --bogus 1
 bad "unknown option --dtype (see minfer bench gemv --help)" bench gemv --dtype f32
 bad "unknown option --full" bench gemv --full
+bad "--shapes llama: not tiny, tinyllama or smollm2" bench gemv --shapes llama
 bad "--k 1025: want up to 16 comma-separated integers in [1, 1024]" bench topk --k 1025
 bad "--vocab 1,,2" bench topk --vocab 1,,2
 bad "--batch 8,: ends with a comma" bench topk --batch 8,
@@ -232,6 +233,7 @@ says "bench serve (concurrency 3 row)" ",cpu,concurrency,3,6,3:20,2:6,0,on," "${
 says "bench serve (Poisson rate row, shared prefix from the cache)" ",cpu,rate,50,6,3:20,2:6,16,on," "${sv[@]}" --rate 50 \
   --shared-prefix 16
 bad "--rate 0: not a list of request rates > 0" bench serve "${m[@]}" --rate 0
+bad "more than 32 rates" bench serve "${m[@]}" --rate 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33
 bad "--input-len 5:2: not LO:HI" bench serve "${m[@]}" --input-len 5:2
 bad "--block-size 8: not an integer in [16, 1024]" bench serve "${m[@]}" --block-size 8
 bad "unknown option --iters (see minfer bench serve --help)" bench serve "${m[@]}" --iters 2
@@ -273,6 +275,40 @@ says "bench attention: provenance columns" ",device,commit,date,copy_GB/s,gemm_T
   --cases prefill --mask none --batch 1 --seq 16 --heads 2 --head-dim 64
 says "bench model: prefill TFLOP/s and % of the GEMM ceiling" "prefill_TFLOP/s,%gemm" bench model --synthetic tiny \
   --backend cpu --seq 8 --gen 2 --iters 1 --format csv
+# --kv-dtype (the CPU's KV cache in f16/bf16): named in info and in bench model's kv_dtype column
+bad "--kv-dtype f8: not auto, f32, f16 or bf16" bench model --kv-dtype f8
+bad "--kv-dtype int8: not auto, f32, f16 or bf16" generate "${m[@]}" -p Hi --kv-dtype int8
+says "info: --kv-dtype f16" "weights f32, activations f32, KV cache f16" info "${m[@]}" --backend cpu --kv-dtype f16
+says "bench model: --kv-dtype bf16 column" ",bf16" bench model --synthetic tiny --backend cpu --seq 8 --gen 2 --iters 1 \
+  --format csv --kv-dtype bf16
+good "generate --kv-dtype f16 (llama-tiny)" generate "${m[@]}" -p Hi -n 4 --seed 1 --backend cpu --kv-dtype f16
+# Idle OpenMP threads sleep (minfer re-executes itself with OMP_WAIT_POLICY=PASSIVE unless the
+# user chose a policy): spinning ones took the cores from OpenBLAS's threads and from other
+# processes on a shared machine (docs/notes/cpu.md, "Threads").
+if env -u OMP_WAIT_POLICY "$bin" info "${m[@]}" --backend cpu 2>/dev/null | grep -q "wait policy PASSIVE"; then
+  pass=$((pass + 1))
+  echo "ok   info: OpenMP wait policy PASSIVE by default"
+else
+  fail=$((fail + 1))
+  echo "FAIL info: OpenMP wait policy not PASSIVE by default: $(env -u OMP_WAIT_POLICY "$bin" info "${m[@]}" --backend cpu 2>&1 | grep threads)"
+fi
+# The CPU roofline is a ceiling: a read stream on the decode's threads over the step's weight
+# bytes, best of rounds before and after the runs. A bf16 GPT-2 small decode streams 250 MB a
+# step, near that ceiling: %roof (column 15) must stay <= 100 (it printed 146-230 against memcpy).
+if "$bin" bench model --synthetic small --dtype bf16 --backend cpu --seq 8 --gen 8 --iters 2 --format csv \
+     >"$tmp/out" 2>"$tmp/err"; then
+  roof=$(awk -F, 'NR == 2 { print $15 }' "$tmp/out")
+  if awk -v r="$roof" 'BEGIN { exit !(r + 0 > 0 && r + 0 <= 100) }'; then
+    pass=$((pass + 1))
+    echo "ok   bench model: bf16 small decode at ${roof}% of the read roof (<= 100)"
+  else
+    fail=$((fail + 1))
+    echo "FAIL bench model: bf16 small decode at '${roof}'% of the read roof (want 0 < %roof <= 100): $(head -c 600 "$tmp/out")"
+  fi
+else
+  fail=$((fail + 1))
+  echo "FAIL bench model --synthetic small: exit $?: $(tail -n 2 "$tmp/err")"
+fi
 
 echo "bad-input cases: $nbad"
 echo "$pass passed, $fail failed"

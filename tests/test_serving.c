@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h" // mf_fail (a failing fake read-back)
 #include "engine/engine_int.h"
 #include "fake_runner.h"
 #include "minfer/backend.h" // mf_fault_alloc_fail_after
@@ -380,8 +381,8 @@ static void test_bad_requests(void) {
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .sampler = {.top_p = 2}}, "top_p"},
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .top_logprobs = 21, .logprobs = true}, "top_logprobs 21"},
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .top_logprobs = 2}, "without logprobs"},
-        {{.prompt = prompt, .n_prompt = 129, .max_tokens = 1}, "longer than max_model_len 128"},
-        {{.prompt = prompt, .n_prompt = 100, .max_tokens = 100, .n = 4}, "the pool has 10"},
+        {{.prompt = prompt, .n_prompt = 128, .max_tokens = 1}, "+ max_tokens 1 exceed max_model_len 128"},
+        {{.prompt = prompt, .n_prompt = 60, .max_tokens = 60, .n = 4}, "the pool has 10"},
         {{.prompt = prompt, .n_prompt = 3, .max_tokens = 1, .n_stop = 1}, "n_stop 1 with stop"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -579,6 +580,185 @@ static void test_random(void) {
     }
 }
 
+// ---- review findings (each case fails on the code it was written against) ----------------
+
+// engine.h: max_model_len is "prompt + generated tokens of one sequence at
+// most", and add_request refuses a request whose prompt + max_tokens cannot
+// fit it. A request that add_request accepts must then never end longer than
+// max_model_len (refusing it, or ending it at max_model_len, both pass).
+static void test_model_len_bound(void) {
+    if (!case_begin("max_model_len bounds prompt + generated tokens")) return;
+    fake_runner f;
+    fake_init(&f, V, 64, 16, 4, 64, 8); // max_model_len 8 x 16 = 128
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    CHECK(mf_engine_create_runner(&f.r, &eo, &e) == MF_OK, "create: %s", mf_last_error());
+    static const int64_t cases[][2] = {{128, 5}, {100, 100}, {127, 2}}; // (prompt, max_tokens)
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        static req_spec s;
+        static req_out o;
+        memset(&s, 0, sizeof s), memset(&o, 0, sizeof o);
+        random_prompt(&s, cases[c][0]);
+        mf_request_params p = {.prompt = s.prompt, .n_prompt = cases[c][0], .max_tokens = cases[c][1],
+                               .ignore_eos = true};
+        uint64_t id;
+        if (mf_engine_add_request(e, &p, &id) != MF_OK) continue; // refused: fine
+        if (!drain(e, &f, &id, 1, &o, 1000)) break;
+        CHECK(cases[c][0] + o.n_toks[0] <= eo.max_model_len,
+              "prompt %lld, max_tokens %lld: accepted, then %lld tokens generated: %lld in all > max_model_len %lld",
+              (long long)cases[c][0], (long long)cases[c][1], (long long)o.n_toks[0],
+              (long long)(cases[c][0] + o.n_toks[0]), (long long)eo.max_model_len);
+    }
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// engine.h: "A failure of the step itself (the backend, an injected fault)
+// leaves every request as it was before the step; the engine keeps serving."
+// A backend failure while reading a row's logits back (read_logits, after a
+// top-k step whose candidates did not decide a top-p draw) must not end the
+// request: it finishes with the tokens of a clean run.
+static int flaky_reads; // read_logits calls left to fail
+static mf_status flaky_read_logits(void *ctx, int32_t row, float *logits) {
+    if (flaky_reads > 0) {
+        flaky_reads--;
+        return mf_fail(MF_ERR_CUDA, "injected: read_logits (device to host copy) failed");
+    }
+    return fake_read_logits(ctx, row, logits);
+}
+
+static void test_read_logits_fault(void) {
+    if (!case_begin("a failed logits read-back leaves the request as it was")) return;
+    enum { VB = 2048 }; // > MF_TOPK_MAX: a wide top-p set reaches past the device's candidates
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = 1 + (int32_t)rnd(VB - 1);
+    const mf_request_params p = {.prompt = prompt, .n_prompt = 12, .max_tokens = 6,
+                                 .sampler = {.temperature = 1.5f, .top_p = 0.99f, .seed = 5}};
+    static req_out outs[2];
+    int64_t reads[2] = {0, 0};
+    for (int run = 0; run < 2; run++) { // 0: clean, 1: the first read_logits fails
+        fake_runner f;
+        fake_init(&f, VB, 16, 16, 2, 32, 4);
+        f.r.read_logits = flaky_read_logits;
+        flaky_reads = run;
+        mf_engine *e;
+        mf_engine_opts eo = opts_of(&f, true);
+        mf_engine_create_runner(&f.r, &eo, &e);
+        uint64_t id;
+        CHECK(mf_engine_add_request(e, &p, &id) == MF_OK, "add: %s", mf_last_error());
+        req_out *o = &outs[run];
+        memset(o, 0, sizeof *o);
+        for (int step = 0; step < 100; step++) {
+            mf_engine_step_result r;
+            (void)mf_engine_step(e, &r); // run 1: the first step fails (an error is fine)
+            for (int32_t k = 0; k < r.n_events; k++) {
+                if (r.events[k].token >= 0) o->toks[0][o->n_toks[0]++] = r.events[k].token;
+                if (r.events[k].finish) o->finish[0] = r.events[k].finish;
+            }
+            mf_request_info info;
+            mf_engine_request_info(e, id, &info);
+            if (info.finished) break;
+        }
+        mf_engine_stats st;
+        mf_engine_get_stats(e, &st);
+        reads[run] = st.logit_reads;
+        mf_engine_free(e);
+        fake_free(&f);
+    }
+    CHECK(reads[0] > 0, "the clean run read no logits back (the case does not test what it should)");
+    CHECK(outs[1].finish[0] != MF_FINISH_ABORT, "the request was aborted by a transient read_logits failure");
+    same_out(&outs[1], &outs[0], 1, "after a failed read-back", 0);
+}
+
+// engine.h mf_engine_stats: n_running counts "requests with a sequence
+// scheduled (or preempted and waiting again)", n_waiting "requests not yet
+// started". A preempted request has started: it must not count as waiting.
+static void test_stats_preempted(void) {
+    if (!case_begin("stats: a preempted request counts as waiting (vLLM's gauges)")) return;
+    fake_runner f;
+    fake_init(&f, V, 6, 16, 4, 64, 8);
+    mf_engine *e;
+    mf_engine_opts eo = opts_of(&f, true);
+    mf_engine_create_runner(&f.r, &eo, &e);
+    static req_spec a, b;
+    memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+    random_prompt(&a, 40), random_prompt(&b, 40);
+    mf_request_params pa = params_of(&a), pb = params_of(&b);
+    pa.max_tokens = pb.max_tokens = 50, pa.ignore_eos = pb.ignore_eos = true;
+    uint64_t ia, ib;
+    mf_engine_add_request(e, &pa, &ia), mf_engine_add_request(e, &pb, &ib);
+    bool seen = false;
+    for (int step = 0; step < 200 && !seen; step++) {
+        mf_engine_step_result r;
+        if (mf_engine_step(e, &r) != MF_OK) break;
+        mf_request_info info;
+        mf_engine_request_info(e, ib, &info);
+        const eng_req *qb = NULL;
+        for (int32_t i = 0; i < e->n_reqs; i++)
+            if (e->reqs[i]->id == ib) qb = e->reqs[i];
+        if (info.n_preempted == 0 || info.finished || qb->seqs[0].state != SEQ_WAITING) continue;
+        seen = true; // b has started, was preempted and waits to be recomputed; a runs
+        mf_engine_stats st;
+        mf_engine_get_stats(e, &st);
+        CHECK(st.n_running == 1 && st.n_waiting == 1, "a running, b preempted: n_running %d, n_waiting %d (want 1, 1: vLLM's)",
+              st.n_running, st.n_waiting);
+    }
+    CHECK(seen, "b was never preempted (a pool of 6 blocks should)");
+    mf_engine_free(e);
+    fake_free(&f);
+}
+
+// engine.h mf_seq_info.text: "(text_len) the text so far (what the events
+// gave), NUL-terminated". While a possible stop string is held back, the
+// bytes after text_len are not what the events gave, yet a C reader of the
+// NUL-terminated string sees them.
+static void test_seq_info_text(const char *fixtures) {
+    if (!case_begin("seq_info: text_len bytes are what the events gave while a stop string is held back")) return;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/gpt2-tiny", fixtures);
+    mf_backend *be = NULL;
+    mf_model *m = NULL;
+    mf_engine *e = NULL;
+    const mf_engine_opts o = {.kv_blocks = 32, .block_size = 16, .max_seqs = 2, .max_model_len = 128};
+    if (mf_backend_init("cpu", &be) != MF_OK || mf_model_load(dir, be, NULL, &m) != MF_OK ||
+        mf_engine_create(m, &o, &e) != MF_OK) {
+        fail("gpt2-tiny: %s", mf_last_error());
+        goto out;
+    }
+    // stop strings that begin with a common letter: any text ending in one holds it back
+    static const char *const stops[] = {"e\x01\x02", "a\x01\x02", "o\x01\x02", " \x01\x02",
+                                        "t\x01\x02", "n\x01\x02", "s\x01\x02", "i\x01\x02"};
+    const int32_t prompt[4] = {10, 20, 30, 40};
+    const mf_request_params p = {.prompt = prompt, .n_prompt = 4, .max_tokens = 60, .stop = stops, .n_stop = 8,
+                                 .ignore_eos = true};
+    uint64_t id;
+    if (mf_engine_add_request(e, &p, &id) != MF_OK) {
+        fail("add: %s", mf_last_error());
+        goto out;
+    }
+    static char got[8192]; // the events' text so far
+    size_t n_got = 0;
+    int held = 0;
+    for (int step = 0; step < 70; step++) {
+        mf_engine_step_result r;
+        if (mf_engine_step(e, &r) != MF_OK) break;
+        for (int32_t k = 0; k < r.n_events; k++)
+            if (r.events[k].text_len && n_got + r.events[k].text_len < sizeof got)
+                memcpy(got + n_got, r.events[k].text, r.events[k].text_len), n_got += r.events[k].text_len;
+        mf_seq_info si;
+        mf_engine_seq_info(e, id, 0, &si);
+        if (si.finish) break;
+        held += strlen(si.text) > si.text_len; // bytes held back follow text_len (not NUL-terminated there)
+        CHECK(si.text_len == n_got && !memcmp(si.text, got, n_got),
+              "step %d: seq_info has %zu bytes of text, the events gave %zu", step, si.text_len, n_got);
+    }
+    CHECK(held > 0, "no step held text back for a stop string (the case does not test what it should)");
+out:
+    mf_engine_free(e);
+    mf_model_free(m);
+    mf_backend_free(be);
+}
+
 // ---- real models ------------------------------------------------------------------------
 
 typedef struct {
@@ -760,7 +940,11 @@ int main(int argc, char **argv) {
     test_faults();
     test_logprobs();
     test_random();
+    test_model_len_bound();
+    test_read_logits_fault();
+    test_stats_preempted();
     if (fixtures) {
+        test_seq_info_text(fixtures);
         static const char *const families[] = {"gpt2-tiny",           "llama-tiny",   "llama-tiny-bf16", "llama3-tiny",
                                                "mistral-window-tiny", "mixtral-tiny", "qwen2-moe-tiny",  "qwen2-tiny"};
         for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) test_real(fixtures, families[i], "cpu", MF_DTYPE_F32);

@@ -11,6 +11,7 @@
 
 #include "bench_util.h"
 #include "cli_args.h"
+#include "minfer/engine.h"
 
 // ---- the options the benches share --------------------------------------------------------
 
@@ -181,6 +182,7 @@ typedef struct {
 typedef struct {
     mf_bench_common_opts com;         // no --dtype, --full, --max-mb or GEMM ceiling
     int m;                            // --m: one row count in [1, 8]; 0: 1, 2, 4 and 8
+    const char *shapes;               // --shapes tiny|tinyllama|smollm2 (CPU; NULL: tiny)
 } mf_bench_gemv_opts;
 
 // minfer bench gemm-host
@@ -199,5 +201,17 @@ typedef struct {
     int iters;                        // --iters, [1, 100000]; 0: backend default
     bool profile;                     // --profile
 } mf_bench_model_opts;
+
+// minfer bench serve
+typedef struct {
+    mf_bench_common_opts com;         // --format, --csv, --json
+    mf_model_args model;              // -m DIR or --synthetic PRESET (default: the default model)
+    int requests;                     // --requests, [1, 100000] (64)
+    mf_arg_list conc;                 // --concurrency: each [1, 100000]
+    const char *rates;                // --rate R,R2: at most 32 request rates per second, each > 0
+    int in_lo, in_hi, out_lo, out_hi; // --input-len LO:HI (16:128), --output-len LO:HI (16:64): 1 <= LO <= HI <= 2^20
+    int shared;                       // --shared-prefix N, [0, 2^20] (0)
+    mf_engine_opts eng;               // --kv-blocks, --block-size, --max-batched-tokens, --max-seqs, --no-prefix-cache
+} mf_bench_serve_opts;                // --seed (the model's): also seeds the lengths and prompts
 
 #endif // MF_TOOLS_BENCH_H

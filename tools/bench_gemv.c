@@ -38,20 +38,38 @@ static const gv_shape kGpuShapes[] = {
     {"gpt2", "mlp_up", 3072, 768},       {"gpt2", "mlp_down", 768, 3072},
 };
 static const gv_shape kCpuShapes[] = {{"tiny", "a", 64, 128}, {"tiny", "b", 96, 256}};
+// --shapes on the CPU: the decode GEMMs of two Llama geometries (q|k|v and
+// gate|up counted as one matrix each; the CPU reads a checkpoint's separate
+// matrices one after the other at the same rate).
+static const gv_shape kTinyLlama[] = {{"tinyllama-1.1b", "qkv", 2560, 2048}, {"tinyllama-1.1b", "o", 2048, 2048},
+                                      {"tinyllama-1.1b", "gate_up", 11264, 2048}, {"tinyllama-1.1b", "down", 2048, 5632},
+                                      {"tinyllama-1.1b", "lm_head", 32000, 2048}};
+static const gv_shape kSmolLM2[] = {{"smollm2-360m", "qkv", 1600, 960}, {"smollm2-360m", "o", 960, 960},
+                                    {"smollm2-360m", "gate_up", 5120, 960}, {"smollm2-360m", "down", 960, 2560},
+                                    {"smollm2-360m", "lm_head", 49152, 960}};
 static const int64_t kRows[] = {1, 2, 4, 8};
 
-enum { NCOLS = 16 }; // then the session's: device, commit, date, copy_GB/s, gemm_TFLOP/s
+enum { NCOLS = 18 }; // then the session's: device, commit, date, copy_GB/s, gemm_TFLOP/s
 static const char *const col_names[NCOLS] = {
     "backend", "model", "gemm", "m", "n", "k", "weight_MB", "lt_path", "lt_us", "lt_GB/s", "lt_pct_copy",
-    "gemv_us", "gemv_GB/s", "gemv_pct_copy", "speedup", "max_rel_diff"};
+    "gemv_us", "gemv_GB/s", "gemv_pct_copy", "speedup", "max_rel_diff", "read_GB/s", "lt_pct_read"};
+
+// CPU: copies of the weight cycled through, at least this many bytes in all
+// (>> the L3), so that every call streams its weight from memory as a decode
+// step does.
+enum { kCpuCycleBytes = 96 << 20, kMaxCopies = 64 };
 
 typedef struct {
     mf_backend *be;
-    const mf_gemm_args *args;
+    mf_gemm_args *args;
+    void *w[kMaxCopies]; // the weight's copies (CPU) or one
+    int n_w, next;
 } gv_call;
 
 static mf_status run_call(void *arg) {
-    const gv_call *c = arg;
+    gv_call *c = arg;
+    c->args->b.data = c->w[c->next];
+    c->next = (c->next + 1) % c->n_w;
     return mf_gemm(c->be, c->args);
 }
 
@@ -71,9 +89,11 @@ static void fmt_num(char *buf, size_t cap, double v, int prec) {
 
 // Median microseconds of one call on the backend's current path; *path
 // names it, and c (m * n bf16) is copied to host memory `out`.
-static mf_status time_path(mf_backend *be, mf_bench_timer *timer, const mf_gemm_args *a, int warmup, int iters,
-                           double *samples, double *us, const char **path, uint16_t *out, size_t cbytes) {
-    gv_call call = {be, a};
+static mf_status time_path(mf_backend *be, mf_bench_timer *timer, mf_gemm_args *a, void *const *w, int n_w,
+                           int warmup, int iters, double *samples, double *us, const char **path, uint16_t *out,
+                           size_t cbytes) {
+    gv_call call = {.be = be, .args = a, .n_w = n_w};
+    for (int i = 0; i < n_w; i++) call.w[i] = w[i];
     const mf_status st = mf_bench_sample(timer, run_call, &call, warmup, iters, samples);
     if (st != MF_OK) return st;
     *us = mf_bench_stats_of(samples, iters).p50;
@@ -84,7 +104,7 @@ static mf_status time_path(mf_backend *be, mf_bench_timer *timer, const mf_gemm_
     return mf_backend_copy(be, out, a->c.data, cbytes, MF_COPY_D2H);
 }
 
-static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m, int warmup, int iters) {
+static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m, int warmup, int iters, double read) {
     mf_backend *be = b->be;
     mf_bench_timer *timer = b->timer;
     const double copy = b->copy_gbps;
@@ -94,17 +114,22 @@ static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m,
     const mf_dtype dt = MF_DTYPE_BF16;
     const size_t es = 2, xb = (size_t)(m * sh->k) * es, wb = (size_t)(sh->n * sh->k) * es,
                  cb = (size_t)(m * sh->n) * es;
-    void *x = NULL, *w = NULL, *c = NULL;
+    void *x = NULL, *c = NULL, *w[kMaxCopies] = {NULL};
+    int n_w = 1; // CPU: enough copies to stream from memory
+    if (mf_backend_device(be) == MF_DEVICE_CPU) {
+        const size_t want = (kCpuCycleBytes + wb - 1) / wb;
+        n_w = want > kMaxCopies ? kMaxCopies : (int)want;
+    }
     uint16_t *hw = malloc(wb > xb ? wb : xb), *c_lt = malloc(cb), *c_gv = malloc(cb);
     double *samples = malloc((size_t)iters * sizeof *samples);
     mf_status st = hw && c_lt && c_gv && samples ? MF_OK : mf_fail(MF_ERR_OOM, "bench gemv: out of host memory");
     if (st == MF_OK) st = mf_backend_alloc(be, xb, &x);
-    if (st == MF_OK) st = mf_backend_alloc(be, wb, &w);
+    for (int i = 0; i < n_w && st == MF_OK; i++) st = mf_backend_alloc(be, wb, &w[i]);
     if (st == MF_OK) st = mf_backend_alloc(be, cb, &c);
     if (st == MF_OK) { // weights ~ N(0, 1/k)-sized, activations O(1): outputs O(1)
         const float s = 1.0f / sqrtf((float)sh->k);
         mf_bench_fill_random(hw, dt, sh->n * sh->k, -s, s, 1234 + (uint64_t)sh->n);
-        st = mf_backend_copy(be, w, hw, wb, MF_COPY_H2D);
+        for (int i = 0; i < n_w && st == MF_OK; i++) st = mf_backend_copy(be, w[i], hw, wb, MF_COPY_H2D);
         mf_bench_fill_random(hw, dt, m * sh->k, -1.0f, 1.0f, 99 + (uint64_t)m);
         if (st == MF_OK) st = mf_backend_copy(be, x, hw, xb, MF_COPY_H2D);
     }
@@ -112,7 +137,7 @@ static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m,
     const int64_t xs[2] = {m, sh->k}, ws[2] = {sh->n, sh->k}, cs[2] = {m, sh->n};
     const mf_device dev = mf_backend_device(be);
     mf_tensor_make(&a.a, x, dt, dev, 2, xs);
-    mf_tensor_make(&a.b, w, dt, dev, 2, ws);
+    mf_tensor_make(&a.b, w[0], dt, dev, 2, ws);
     mf_tensor_transpose(&a.b, 0, 1); // (k, n) view of the (n, k) weight
     mf_tensor_make(&a.c, c, dt, dev, 2, cs);
 
@@ -121,12 +146,12 @@ static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m,
 #ifdef MF_HAVE_CUDA
     if (cuda && st == MF_OK) mf_cuda_gemm_set_gemv(be, false);
 #endif
-    if (st == MF_OK) st = time_path(be, timer, &a, warmup, iters, samples, &lt_us, &lt_path, c_lt, cb);
+    if (st == MF_OK) st = time_path(be, timer, &a, w, n_w, warmup, iters, samples, &lt_us, &lt_path, c_lt, cb);
 #ifdef MF_HAVE_CUDA
     if (cuda && st == MF_OK) {
         const char *gv_path = "";
         mf_cuda_gemm_set_gemv(be, true);
-        st = time_path(be, timer, &a, warmup, iters, samples, &gv_us, &gv_path, c_gv, cb);
+        st = time_path(be, timer, &a, w, n_w, warmup, iters, samples, &gv_us, &gv_path, c_gv, cb);
         mf_cuda_gemm_set_gemv(be, false);
         if (st == MF_OK && strcmp(gv_path, "gemv") != 0) gv_us = -1; // the shape did not take the path
         if (st == MF_OK && gv_us >= 0) {
@@ -160,12 +185,14 @@ static mf_status bench_shape(mf_bench_session *b, const gv_shape *sh, int64_t m,
         fmt_num(cells[14], 64, gv_us > 0 ? lt_us / gv_us : -1, 2);
         if (diff >= 0) snprintf(cells[15], 64, "%.2e", diff);
         else snprintf(cells[15], 64, "NA");
+        fmt_num(cells[16], 64, read > 0 ? read : -1, 1);
+        fmt_num(cells[17], 64, read > 0 ? 100.0 * gb / (lt_us * 1e-6) / read : -1, 1);
         const char *row[NCOLS];
         for (int i = 0; i < NCOLS; i++) row[i] = cells[i];
         if (!mf_bench_add_row(b, row)) st = mf_fail(MF_ERR_OOM, "bench gemv: out of host memory");
     }
     mf_backend_dealloc(be, x);
-    mf_backend_dealloc(be, w);
+    for (int i = 0; i < n_w; i++) mf_backend_dealloc(be, w[i]);
     mf_backend_dealloc(be, c);
     free(hw);
     free(c_lt);
@@ -181,6 +208,9 @@ static void gv_help(FILE *f) {
                "  (cuBLASLt vs our gemv path, L2 flushed before each call), tiny shapes on the CPU\n"
                "  --backend auto|cpu|cuda   (default auto)\n"
                "  --m N                     one row count in [1, 8] instead of 1, 2, 4, 8\n"
+               "  --shapes S                CPU: tiny (default), tinyllama or smollm2 (their decode GEMMs, bf16\n"
+               "                            weights cycled through 96 MB of copies: streamed from memory), with\n"
+               "                            the read ceiling (bench model's) and lt_pct_read\n"
                "  --warmup N --iters N      (default %d/%d on CUDA, %d/%d on the CPU)\n"
                "  --format table|csv|json   stdout format (default table: markdown)\n"
                "  --csv FILE --json FILE    also write the results there\n",
@@ -193,11 +223,16 @@ static int gv_run(void *opts) {
     if (mf_bench_begin(&b, &mf_bench_gemv, &o->com, (size_t)16 << 20, false, NCOLS, col_names)) return 1;
     mf_status st = MF_OK;
     const gv_shape *shapes = b.cuda ? kGpuShapes : kCpuShapes;
-    const size_t n_shapes =
-        b.cuda ? sizeof kGpuShapes / sizeof kGpuShapes[0] : sizeof kCpuShapes / sizeof kCpuShapes[0];
+    size_t n_shapes = b.cuda ? sizeof kGpuShapes / sizeof kGpuShapes[0] : sizeof kCpuShapes / sizeof kCpuShapes[0];
+    if (!b.cuda && o->shapes && !strcmp(o->shapes, "tinyllama"))
+        shapes = kTinyLlama, n_shapes = sizeof kTinyLlama / sizeof kTinyLlama[0];
+    else if (!b.cuda && o->shapes && !strcmp(o->shapes, "smollm2"))
+        shapes = kSmolLM2, n_shapes = sizeof kSmolLM2 / sizeof kSmolLM2[0];
+    double read = 0; // CPU: the read ceiling, before and after (the best)
+    if (!b.cuda) st = mf_bench_read_gbps(b.be, (size_t)256 << 20, 5, &read);
     for (size_t s = 0; s < n_shapes && st == MF_OK; s++)
         for (size_t r = 0; r < sizeof kRows / sizeof kRows[0] && st == MF_OK; r++) {
-            st = bench_shape(&b, &shapes[s], o->m ? o->m : kRows[r], o->com.warmup, o->com.iters);
+            st = bench_shape(&b, &shapes[s], o->m ? o->m : kRows[r], o->com.warmup, o->com.iters, read);
             if (o->m) break;
         }
     return mf_bench_end(&b, st, &o->com,
@@ -207,14 +242,21 @@ static int gv_run(void *opts) {
 }
 
 static mf_args_result gv_option(void *opts, const char *a, const char *v, char *err) {
-    return mf_args_int32(a, v, 1, 8, &((mf_bench_gemv_opts *)opts)->m, err); // --m
+    mf_bench_gemv_opts *o = opts;
+    if (!strcmp(a, "--shapes")) {
+        if (strcmp(v, "tiny") && strcmp(v, "tinyllama") && strcmp(v, "smollm2"))
+            return mf_args_bad(err, "--shapes %.80s: not tiny, tinyllama or smollm2", v);
+        o->shapes = v;
+        return MF_ARGS_OK;
+    }
+    return mf_args_int32(a, v, 1, 8, &o->m, err); // --m
 }
 
 const mf_bench_def mf_bench_gemv = {
     .name = "gemv", .opts_size = sizeof(mf_bench_gemv_opts),
     .about = "decode GEMMs (m = 1..8): cuBLASLt vs our gemv kernel, GB/s and % of copy bandwidth",
     .common = MF_BENCH_OPT_SESSION,
-    .valued = (const char *const[]){"--m", NULL},
+    .valued = (const char *const[]){"--m", "--shapes", NULL},
     .option = gv_option, .help = gv_help, .run = gv_run,
     .warmup = {1, 10}, .iters = {3, 50},
 };

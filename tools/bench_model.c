@@ -22,10 +22,12 @@ static void bm_help(FILE *f) {
             "  Forward latency of a prefill (batch x seq new tokens, the last token's logits per\n"
             "  sequence), prefill tokens/s, time to first token (prefill + the first greedy tokens),\n"
             "  decode tokens/s (single-token steps after the prefill, median step), the decode\n"
-            "  roofline (weight bytes per step over the copy bandwidth measured in the same run; on a\n"
-            "  CPU, where a decode step's streaming reads can outrun memcpy's read + write rate and the\n"
-            "  bandwidth drifts, %%roof may exceed 100), the prefill's TFLOP/s and %% of a square GEMM\n"
-            "  measured in the same run, and memory (weights + session: KV cache and scratch).\n"
+            "  roofline: weight bytes per step over the bandwidth measured in the same run (CUDA: a\n"
+            "  device copy, read + write; CPU: a read stream on the decode's threads over a buffer of\n"
+            "  the step's weight bytes, at most 256 MB, best of rounds before and after each size: a\n"
+            "  decode step reads its weights and writes little, so %%roof stays <= 100), the prefill's\n"
+            "  TFLOP/s and %% of a square GEMM measured in the same run, and memory (weights + session:\n"
+            "  KV cache and scratch).\n"
             "  --synthetic PRESET   small (default), medium, large, llama-7b, tiny, moe-small (the brief's\n"
             "                       post-norm MoE model: Small with 8 GELU experts, top-2): seeded random weights\n"
             "                       (MoE: roof_tok/s counts the experts a step selects on average, even routing)\n"
@@ -40,6 +42,8 @@ static void bm_help(FILE *f) {
             "  --backend B          auto (default), cpu or cuda\n"
             "  --dtype D            auto (default: CUDA bf16; CPU keeps a checkpoint's f16/bf16 weights,\n"
             "                       synthetic f32), bf16, f16 or f32 (CPU: its weights' storage)\n"
+            "  --kv-dtype D         the KV cache: auto (default: CUDA the activations' dtype, CPU f32), f32,\n"
+            "                       f16 or bf16 (CPU only; column kv_dtype)\n"
             "  --attn A             attention: flash (mf_attention over the KV cache; default) or classic\n"
             "                       (QK^T GEMM, softmax, PV GEMM: the reference and the \"before\")\n"
             "  --no-graphs          decode steps launch their ops (default on CUDA: one CUDA Graph per step)\n"
@@ -198,6 +202,16 @@ static int bm_run(void *opts) {
         mf_cli_fail("bench model: copy bandwidth");
         goto out;
     }
+    // CPU: the read ceiling decode is quoted against, over the bytes a step
+    // reads (a model in cache is bounded by the cache's rate), at least 1 MB,
+    // at most 256 MB (>> any LLC). Measured again after each size (below).
+    double read_gbps = 0;
+    const double wbytes = step_weight_bytes(&in, 1);
+    const size_t read_bytes = wbytes < (1 << 20) ? (size_t)1 << 20 : wbytes > (256 << 20) ? (size_t)256 << 20 : (size_t)wbytes / 64 * 64;
+    if (!cuda && mf_bench_read_gbps(be, read_bytes, 5, &read_gbps) != MF_OK) {
+        mf_cli_fail("bench model: read bandwidth");
+        goto out;
+    }
     // The GEMM ceiling prefill is quoted against (as the op benches: bf16 8192^3 on CUDA, f32 1024^3 on the CPU).
     double gemm_tflops = 0;
     if (mf_bench_gemm_tflops(timer, be, cuda ? 8192 : 1024, cuda ? MF_DTYPE_BF16 : MF_DTYPE_F32, cuda ? 20 : 3,
@@ -209,14 +223,14 @@ static int bm_run(void *opts) {
     mf_bench_device_name(timer, device, sizeof device);
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    fprintf(stderr, "minfer: bench model: %s, %s, commit %s, weights %.1f MB (%s), copy %.1f GB/s, GEMM %.3f TFLOP/s\n",
-            in.source, device, mf_build_commit, mb(in.weight_bytes), mf_dtype_name(in.dtype), copy_gbps, gemm_tflops);
+    fprintf(stderr, "minfer: bench model: %s, %s, commit %s, weights %.1f MB (%s), copy %.1f GB/s, read %.1f GB/s, GEMM %.3f TFLOP/s\n",
+            in.source, device, mf_build_commit, mb(in.weight_bytes), mf_dtype_name(in.dtype), copy_gbps, read_gbps, gemm_tflops);
 
     static const char *const cols[] = {"model", "backend", "dtype", "attn", "batch", "seq", "fwd_ms", "prefill_tok/s",
                                        "prefill_TFLOP/s", "%gemm", "ttft_ms", "dec_ms", "dec_tok/s", "roof_tok/s",
                                        "%roof", "dec_ops", "dec_launches", "dec_host_us", "graphs", "argmax", "mem_MB",
                                        "rss_MB", "copy_GB/s", "gemm_TFLOP/s", "device", "commit", "date",
-                                       "fwd_p5_ms", "fwd_p95_ms", "dec_p5_ms", "dec_p95_ms"};
+                                       "fwd_p5_ms", "fwd_p95_ms", "dec_p5_ms", "dec_p95_ms", "read_GB/s", "kv_dtype"};
     enum { NC = sizeof cols / sizeof cols[0] };
     tab = mf_bench_table_new(NC, cols);
     static const char *const pcols[] = {"bench", "phase", "op",   "calls",  "ms",  "%",
@@ -305,7 +319,9 @@ static int bm_run(void *opts) {
             if (st == MF_OK) {
                 const mf_bench_stats pf = mf_bench_stats_of(ps, iters), dc = mf_bench_stats_of(ds, iters * gen);
                 const double fwd = pf.p50, ttft = mf_bench_stats_of(ts, iters).p50, dec = dc.p50;
-                const double roof = (double)B * copy_gbps * 1e9 / step_weight_bytes(&in, B);
+                // CPU: the read ceiling again after this size's runs (the best of all rounds so far)
+                if (!cuda && mf_bench_read_gbps(be, read_bytes, 3, &read_gbps) != MF_OK) mf_cli_fail("bench model: read bandwidth");
+                const double roof = (double)B * (cuda ? copy_gbps : read_gbps) * 1e9 / step_weight_bytes(&in, B);
                 char c[NC][256];
                 const char *cells[NC];
                 for (int k = 0; k < NC; k++) cells[k] = c[k];
@@ -344,6 +360,8 @@ static int bm_run(void *opts) {
                 snprintf(c[28], 256, "%.2f", 1e3 * pf.p95);
                 snprintf(c[29], 256, "%.2f", 1e3 * dc.p5);
                 snprintf(c[30], 256, "%.2f", 1e3 * dc.p95);
+                snprintf(c[31], 256, "%.1f", cuda ? NAN : read_gbps);
+                snprintf(c[32], 256, "%s", mf_dtype_name(in.kv_dtype));
                 mf_bench_table_add(tab, cells);
                 fprintf(stderr, "minfer: bench model: [%d/%d] batch %d seq %lld: prefill %.2f ms (%s%% of GEMM), decode %.2f ms/step (%s%% of roofline)\n",
                         bi * ns + si + 1, nb * ns, B, (long long)S, 1e3 * fwd, c[9], 1e3 * dec, c[14]);
@@ -352,12 +370,14 @@ static int bm_run(void *opts) {
             free(prompt), free(r.off), free(r.off1), free(r.slots), free(r.cur), free(r.logits), free(r.vals), free(r.c_ids), free(r.c_vals), free(r.c_stats), free(ps), free(ts), free(ds), free(dh);
         }
     }
+    char read_note[96];
+    snprintf(read_note, sizeof read_note, "%.1f GB/s (a %.0f MB read stream)", read_gbps, (double)read_bytes / 1e6);
     if (fmt == MF_BENCH_TABLE)
-        printf("# model on %s (%s), commit %s, %s; copy ceiling %.1f GB/s (read + write); GEMM ceiling %.3f TFLOP/s "
+        printf("# model on %s (%s), commit %s, %s; copy %.1f GB/s (read + write); %s%s; GEMM ceiling %.3f TFLOP/s "
                "(%s); prefill TFLOP/s = 2 x layer weights per token + LM head per sequence + causal attention pairs "
                "x 4 D\n",
-               in.backend, device, mf_build_commit, date, copy_gbps, gemm_tflops,
-               cuda ? "bf16 8192x8192x8192" : "f32 1024x1024x1024");
+               in.backend, device, mf_build_commit, date, copy_gbps, cuda ? "roof: copy" : "roof: read ",
+               cuda ? "" : read_note, gemm_tflops, cuda ? "bf16 8192x8192x8192" : "f32 1024x1024x1024");
     mf_bench_table_print(tab, fmt, stdout);
     if (profile) {
         if (fmt == MF_BENCH_TABLE) printf("\nper-op profile (%s):\n", cuda ? "CUDA events" : "wall clock, synchronous CPU ops");

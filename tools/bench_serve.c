@@ -23,16 +23,7 @@
 #include "cli.h"
 #include "minfer/minfer.h"
 
-typedef struct {
-    mf_bench_common_opts com;    // --format, --csv, --json
-    mf_model_args model;         // -m DIR or --synthetic PRESET (default: the default model)
-    int requests;                // --requests, [1, 100000] (64)
-    mf_arg_list conc;            // --concurrency: each [1, 100000]
-    const char *rates;           // --rate R,R2: requests per second, > 0
-    int in_lo, in_hi, out_lo, out_hi; // --input-len LO:HI (16:128), --output-len LO:HI (16:64)
-    int shared;                  // --shared-prefix N (0)
-    mf_engine_opts eng;          // --kv-blocks, --block-size, --max-batched-tokens, --max-seqs, --no-prefix-cache
-} bs_opts;                       // --seed (the model's): also seeds the lengths and prompts
+typedef mf_bench_serve_opts bs_opts;
 
 static void bs_help(FILE *f) {
     fprintf(f,
@@ -71,7 +62,9 @@ static mf_args_result bs_option(void *opts, const char *a, const char *v, char *
     if (!strcmp(a, "--requests")) return mf_args_int32(a, v, 1, 100000, &o->requests, err);
     if (!strcmp(a, "--concurrency")) return mf_args_list(a, v, 1, 100000, &o->conc, err);
     if (!strcmp(a, "--rate")) {
-        for (const char *p = v; *p;) {
+        int n = 0;
+        for (const char *p = v; *p; n++) {
+            if (n == 32) return mf_args_bad(err, "--rate %.80s: more than 32 rates", v);
             char *end;
             const double r = strtod(p, &end);
             if (end == p || !(r > 0) || !isfinite(r) || (*end && *end != ','))

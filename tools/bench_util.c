@@ -12,6 +12,7 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "core/error.h"
+#include "cpu/stream.h"
 
 struct mf_bench_timer {
     mf_backend *be;
@@ -156,6 +157,25 @@ mf_status mf_bench_copy_gbps(mf_bench_timer *t, mf_backend *be, size_t bytes, in
     free(s);
     mf_backend_dealloc(be, c.dst);
     mf_backend_dealloc(be, src);
+    return st;
+}
+
+mf_status mf_bench_read_gbps(mf_backend *be, size_t bytes, int rounds, double *gbps) {
+    if (mf_backend_device(be) != MF_DEVICE_CPU)
+        return mf_fail(MF_ERR_UNSUPPORTED, "bench: the read ceiling is measured on the CPU only");
+    void *buf = NULL;
+    MF_TRY(mf_backend_alloc(be, bytes, &buf));
+    mf_status st = mf_backend_memset(be, buf, 0x3c, bytes); // normal floats: no subnormal adds
+    volatile float sink = mf_cpu_read_stream(buf, bytes, 0); // warm-up
+    for (int r = 0; st == MF_OK && r < rounds; r++)
+        for (int v = 0; v < MF_CPU_READ_VARIANTS; v++) {
+            const double t0 = mf_cli_now();
+            sink = mf_cpu_read_stream(buf, bytes, v);
+            const double g = (double)bytes / (mf_cli_now() - t0) / 1e9;
+            if (g > *gbps) *gbps = g;
+        }
+    (void)sink;
+    mf_backend_dealloc(be, buf);
     return st;
 }
 

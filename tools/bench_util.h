@@ -39,6 +39,14 @@ mf_status mf_bench_sample(mf_bench_timer *t, mf_bench_fn fn, void *arg, int warm
 // kernels are quoted against.
 mf_status mf_bench_copy_gbps(mf_bench_timer *t, mf_backend *be, size_t bytes, int iters, double *gbps);
 
+// CPU only: the read bandwidth of the OpenMP threads the ops run on (the
+// decode step's), a read stream over `bytes` (src/cpu/stream.c), best of
+// `rounds` x its access patterns: GB/s of bytes read.
+// The ceiling a CPU decode step (weights read once, little written) is
+// quoted against. *gbps only grows (the best of this call and what it
+// held), so that calls before and after a run give the best of both.
+mf_status mf_bench_read_gbps(mf_backend *be, size_t bytes, int rounds, double *gbps);
+
 // A square n^3 GEMM c = a b in dtype dt through mf_gemm (random inputs),
 // median of `iters` runs after 2 warm-up calls: TFLOP/s (2 n^3 FLOP a call).
 mf_status mf_bench_gemm_tflops(mf_bench_timer *t, mf_backend *be, int64_t n, mf_dtype dt, int iters, double *tflops);

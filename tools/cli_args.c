@@ -123,6 +123,10 @@ bool mf_args_one_of(const char *a, const char *const *names) {
     return false;
 }
 
+bool mf_args_kv_dtype_ok(const char *s) {
+    return !strcmp(s, "auto") || !strcmp(s, "f32") || !strcmp(s, "f16") || !strcmp(s, "bf16");
+}
+
 mf_args_result mf_args_value(int argc, char **argv, int *i, const char **v, char *err) {
     if (*i + 1 >= argc) return mf_args_bad(err, "%s needs a value", argv[*i]);
     *v = argv[++*i];
@@ -164,7 +168,7 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
     err[0] = 0;
     static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--temp", "--top-k", "--top-p",
                                          "--min-p", "--repeat-penalty", "--seed", "--stop", "--backend", "--dtype",
-                                         NULL};
+                                         "--kv-dtype", NULL};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (mf_args_is_help(a)) return MF_ARGS_HELP;
@@ -216,6 +220,9 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
         } else if (!strcmp(a, "--dtype")) {
             if (!model_dtype_of(v, &o->dtype, &o->dtype_auto))
                 return mf_args_bad(err, "--dtype %.80s: not auto, bf16, f16 or f32", v);
+        } else if (!strcmp(a, "--kv-dtype")) {
+            if (!mf_args_kv_dtype_ok(v)) return mf_args_bad(err, "--kv-dtype %.80s: not auto, f32, f16 or bf16", v);
+            o->kv_dtype = v;
         }
         if (r != MF_ARGS_OK) return r;
     }
@@ -242,6 +249,9 @@ mf_args_result mf_args_model_set(mf_model_args *o, const char *a, const char *v,
         if (!u64_of(v, &o->seed)) return mf_args_bad(err, "--seed %.80s: not an integer in [0, 2^64)", v);
     } else if (!strcmp(a, "--attn")) {
         o->attn = v;
+    } else if (!strcmp(a, "--kv-dtype")) {
+        if (!mf_args_kv_dtype_ok(v)) return mf_args_bad(err, "--kv-dtype %.80s: not auto, f32, f16 or bf16", v);
+        o->kv_dtype = v;
     } else if (!strcmp(a, "--topk")) {
         int64_t k;
         if (!int_in(v, 1, MF_TOPK_MAX, &k)) return mf_args_bad(err, "--topk %.80s: not an integer in [1, %d]", v, MF_TOPK_MAX);

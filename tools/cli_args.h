@@ -52,6 +52,7 @@ typedef struct {
     bool ignore_eos;               // --ignore-eos
     mf_bos_mode bos;               // --bos / --no-bos (MF_BOS_AUTO)
     bool no_graphs;                // --no-graphs: decode steps launch their ops (no CUDA Graphs)
+    const char *kv_dtype;          // --kv-dtype auto|f32|f16|bf16 (NULL: auto)
 } mf_generate_opts;
 
 // The model options of score, info and bench model.
@@ -66,6 +67,7 @@ typedef struct {
     bool no_graphs;        // --no-graphs: decode steps launch their ops (no CUDA Graphs)
     bool host_argmax;      // --host-argmax: bench model's greedy steps take the logits to the host
     int32_t topk;          // --topk K: bench model's decode steps return K candidates (0: the argmax)
+    const char *kv_dtype;  // --kv-dtype auto|f32|f16|bf16 (NULL: auto; mf_model_opts.kv_dtype)
 } mf_model_args;
 
 // minfer score -m DIR (-p TEXT | --tokens 1,2,3) [options]
@@ -106,12 +108,14 @@ mf_args_result mf_args_list(const char *flag, const char *s, int64_t lo, int64_t
 bool mf_args_dtype(const char *s, mf_dtype *dt);          // bf16, f16 or f32
 bool mf_args_format(const char *s, mf_bench_format *f);   // table, csv or json
 bool mf_args_backend_ok(const char *s);                   // auto, cpu or cuda
+bool mf_args_kv_dtype_ok(const char *s);                  // auto, f32, f16 or bf16 (--kv-dtype)
 // v is x, y or both: *want_x and *want_y say which ("FLAG V: not X, Y or BOTH" when none).
 mf_args_result mf_args_either(const char *flag, const char *v, const char *x, const char *y, const char *both,
                               bool *want_x, bool *want_y, char *err);
 
 // The model options: those that take a value, and those that take none.
-#define MF_ARGS_MODEL_VALUED "-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn", "--topk"
+#define MF_ARGS_MODEL_VALUED "-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn", "--topk", \
+                             "--kv-dtype"
 #define MF_ARGS_MODEL_FLAGS "--no-graphs", "--host-argmax"
 // Sets model option `flag` (value NULL for MF_ARGS_MODEL_FLAGS).
 mf_args_result mf_args_model_set(mf_model_args *o, const char *flag, const char *value, char *err);

@@ -34,6 +34,8 @@ static void help(FILE *f) {
             "  --backend B           auto (default), cpu or cuda\n"
             "  --dtype D             auto (default: CUDA bf16; CPU keeps a checkpoint's f16/bf16 weights),\n"
             "                        bf16, f16 or f32 (the CPU computes in f32: D is its weights' storage)\n"
+            "  --kv-dtype D          the KV cache: auto (default: CUDA the activations' dtype, CPU f32), f32,\n"
+            "                        f16 or bf16 (CPU: half the cache's memory; CUDA: its activation dtype only)\n"
             "  --no-graphs           launch every op of a decode step (default on CUDA: replay a\n"
             "                        recorded CUDA Graph per step)\n",
             MF_ARGS_MAX_STOP);
@@ -73,7 +75,8 @@ int mf_cmd_generate(int argc, char **argv) {
         mf_cli_fail("generate: backend");
         goto done;
     }
-    mf_model_opts mo = {.dtype = o.dtype, .dtype_auto = o.dtype_auto, .verbose = true}; // flash: the engine's
+    mf_model_opts mo = {.dtype = o.dtype, .dtype_auto = o.dtype_auto, .verbose = true, // flash: the engine's
+                        .kv_dtype = o.kv_dtype};
     if (mf_model_load(o.dir, be, &mo, &m) != MF_OK) {
         mf_cli_fail("generate: %s", o.dir);
         goto done;

@@ -1,8 +1,11 @@
 // minfer info: the backends and the build; with -m DIR | --synthetic PRESET
 // [--batch N] [--seq N] [--backend B] [--dtype D]: a model's architecture,
 // what runs where, and the memory plan of a session.
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -58,8 +61,12 @@ int mf_cmd_info(int argc, char **argv) {
                (long long)in.n_active_params, (double)in.n_active_params / 1e6, (long long)in.n_params,
                100.0 * (double)in.n_active_params / (double)in.n_params);
     }
-    printf("dtype:        weights %s, activations and KV cache %s, on %s\n", mf_dtype_name(in.dtype),
-           mf_dtype_name(in.act_dtype), in.backend);
+    if (in.kv_dtype == in.act_dtype)
+        printf("dtype:        weights %s, activations and KV cache %s, on %s\n", mf_dtype_name(in.dtype),
+               mf_dtype_name(in.act_dtype), in.backend);
+    else
+        printf("dtype:        weights %s, activations %s, KV cache %s, on %s\n", mf_dtype_name(in.dtype),
+               mf_dtype_name(in.act_dtype), mf_dtype_name(in.kv_dtype), in.backend);
     const mf_tokenizer *tok = mf_model_tokenizer(m);
     if (tok)
         printf("tokenizer:    %lld tokens, bos %d, eos %d\n", (long long)mf_tokenizer_vocab_size(tok), in.bos_id, in.eos_id);
@@ -84,6 +91,12 @@ int mf_cmd_info(int argc, char **argv) {
            : in.n_experts > 0 ? "online softmax over the KV cache; no CUDA Graphs: the experts read offsets back"
                               : "online softmax over the KV cache; decode steps as CUDA Graphs",
            strcmp(in.backend, "cuda") == 0 ? "   <- this run" : mf_cuda_available() ? "" : "   (no CUDA device here)");
+    if (!strcmp(in.backend, "cpu")) { // minfer.c sets PASSIVE unless the user chose a policy
+        const char *pol = getenv("OMP_WAIT_POLICY");
+        printf("threads:      %d OpenMP threads, wait policy %s%s\n", omp_get_max_threads(), pol ? pol : "default",
+               pol && !strcasecmp(pol, "passive") ? " (idle threads sleep: on a shared machine spinning ones "
+                                                    "took the cores from the work)" : "");
+    }
     mf_session_plan p;
     int rc = 0;
     if (mf_session_plan_memory(m, (int32_t)batch, seq, &p) != MF_OK) {

@@ -12,7 +12,9 @@
 // When a step needs a block and none is free, the newest sequence is
 // preempted (its blocks freed, recomputed later): a request that fit the pool
 // when it was added always finishes. Greedy output does not depend on what
-// else runs, nor on preemption or a prefix-cache hit.
+// else runs, nor on preemption or a prefix-cache hit (on the CPU backend; on
+// CUDA the split-KV decode picks its split count by the batch, which can
+// change the last bits of a logit and, at a near tie, a token).
 //
 // One thread drives an engine (none of these calls is thread-safe); the
 // server's engine thread does, and hands the events to its HTTP threads.
@@ -60,8 +62,8 @@ typedef struct {
     const int32_t *prompt;      // (n_prompt) token ids, used as given (BOS is the caller's:
                                 // mf_generate_encode_prompt adds it as the tokenizer does)
     int64_t n_prompt;           // >= 1
-    int64_t max_tokens;         // >= 1: tokens each sequence generates at most (and the
-                                // engine's max_model_len bounds prompt + generated)
+    int64_t max_tokens;         // >= 1: tokens each sequence generates at most; prompt +
+                                // max_tokens may not exceed the engine's max_model_len
     int32_t n;                  // sequences sampled from the prompt, 0 or 1: one; up to
                                 // MF_ENGINE_MAX_N. They share the prompt's KV blocks; sequence i
                                 // draws with seed sampler.seed + i
@@ -80,8 +82,8 @@ typedef struct {
 } mf_request_params;
 
 // Queues a request; *id names it from then on (ids are never reused). A
-// request whose prompt + max_tokens cannot fit the whole KV pool (or
-// max_model_len) is refused here with a message naming the sizes, as are
+// request whose prompt + max_tokens exceed max_model_len, or cannot fit the
+// whole KV pool, is refused here with a message naming the sizes, as are
 // bad sampling fields, an empty prompt, ids outside the vocabulary.
 mf_status mf_engine_add_request(mf_engine *e, const mf_request_params *p, uint64_t *id);
 
@@ -145,15 +147,15 @@ typedef struct {
     const int32_t *top_ids;     // (n_tokens, n_top), or NULL
     const float *top_logprobs;  // (n_tokens, n_top), or NULL
     int32_t n_top;
-    const char *text;           // (text_len) the text so far (what the events gave), NUL-terminated
-    size_t text_len;
+    const char *text;           // (text_len bytes, not NUL-terminated) the text so far: what the
+    size_t text_len;            //   events gave (bytes held back for a stop string follow it)
     mf_finish_reason finish;
 } mf_seq_info;
 mf_status mf_engine_seq_info(const mf_engine *e, uint64_t id, int32_t seq, mf_seq_info *out);
 
 typedef struct {
-    int32_t n_running;          // requests with a sequence scheduled (or preempted and waiting again)
-    int32_t n_waiting;          // requests not yet started
+    int32_t n_running;          // requests with a sequence holding KV blocks (vLLM's "running")
+    int32_t n_waiting;          // the other unfinished ones: not yet admitted, or preempted
     int64_t kv_blocks;          // blocks in the pool
     int64_t kv_blocks_used;     // held by running sequences
     int64_t kv_blocks_cached;   // free but holding a cached prefix (evicted first come, first go)

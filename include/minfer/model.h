@@ -28,6 +28,11 @@ typedef struct {
                          // scores buffer; the default, NULL) or "classic" (QK^T GEMM ->
                          // mf_softmax -> P.V GEMM: the reference and the "before")
     bool verbose;        // progress on stderr while loading
+    const char *kv_dtype; // the KV cache's dtype: NULL or "auto" (the default: CUDA the activation
+                          // dtype; CPU f32), "f32", "f16" or "bf16". CPU: any of them (attention
+                          // reads a 16-bit cache in place and computes in f32: half the cache's
+                          // memory and bytes a step; accuracy in docs/notes/cpu.md); CUDA: only
+                          // the activation dtype (else MF_ERR_UNSUPPORTED).
 } mf_model_opts;
 
 // Loads <dir>/config.json, model.safetensors (or the sharded index) and, when
@@ -58,7 +63,8 @@ typedef struct {
     int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
     int64_t max_pos;           // longest sequence the model was trained for
     mf_dtype dtype;            // weights as loaded (the dtype of most matrix bytes; CPU norms and biases are f32)
-    mf_dtype act_dtype;        // activations and KV cache (CPU: f32)
+    mf_dtype act_dtype;        // activations (CPU: f32)
+    mf_dtype kv_dtype;         // the KV cache (mf_model_opts.kv_dtype)
     int64_t weight_bytes;      // bytes of weights on the backend
     int64_t kv_bytes_per_token;// K and V, all layers
     int32_t bos_id, eos_id;    // -1 when unknown (eos_id: the first of eos_ids)

@@ -224,7 +224,10 @@ mf_status mf_copy(mf_backend *be, const mf_copy_args *args);
 //   contiguous: the natural log of sum_j exp(scale * q . k_j) over the
 //   visible keys. Packed/cache: q rows outside [cu_seqlens_q[0],
 //   cu_seqlens_q[batch]) are not written (o nor lse).
-// Dtypes: q, k, v, o share one of f32, f16, bf16; math and accumulation f32.
+// Dtypes: q, k, v, o share one of f32, f16, bf16; or, on the CPU only, q and
+//   o f32 with k and v in f16 or bf16 (a 16-bit KV cache under f32
+//   activations; CUDA returns MF_ERR_UNSUPPORTED for it). Math and
+//   accumulation f32.
 // head_dim D: the CPU takes any; CUDA takes 64 and 128 (and those its
 //   dispatch lists), anything else is MF_ERR_UNSUPPORTED naming D.
 // Split-KV (decode): partial results go to `workspace` (device memory of

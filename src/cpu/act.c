@@ -26,7 +26,7 @@ mf_status mf_cpu_act(mf_backend *be, const mf_act_args *p) {
     const int64_t rows = p->x.shape[0], n = p->x.shape[1];
     const mf_tensor *up = p->up;
     const int kind = (int)p->kind;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows > 1)
     for (int64_t r = 0; r < rows; r++) {
         float xb[kBlk], ub[kBlk];
         const int64_t xo = r * p->x.stride[0], yo = r * p->y.stride[0], uo = up ? r * up->stride[0] : 0;

@@ -9,7 +9,7 @@ mf_status mf_cpu_argmax(mf_backend *be, const mf_argmax_args *p) {
     const int64_t rows = p->x.shape[0], n = p->x.shape[1], rs = p->x.stride[0];
     int32_t *ids = p->ids.data;
     float *vals = p->vals.data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows > 1)
     for (int64_t r = 0; r < rows; r++) {
         int64_t best = -1;
         float vmax = -INFINITY;

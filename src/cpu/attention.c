@@ -163,11 +163,12 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
     const att_seq *s = &G->seq[it->b];
     const int64_t D = G->D, grp = G->grp, b = it->b, g = it->g, i0 = it->i0;
     const int64_t ni = s->q_len - i0 < G->BM ? s->q_len - i0 : G->BM, M = ni * grp;
-    const mf_dtype dt = p->q.dtype;
+    const mf_dtype dt = p->k.dtype; // K and V (q and o: p->q.dtype, the same or f32)
 
     for (int64_t ii = 0; ii < ni; ii++) {
         const int64_t qo = row_off(G, s, b, i0 + ii, G->q_rs, G->q_bs) + g * grp * G->q_hs;
-        for (int64_t hh = 0; hh < grp; hh++) mf_cpu_to_f32(w->q + (ii * grp + hh) * D, p->q.data, dt, qo + hh * G->q_hs, D);
+        for (int64_t hh = 0; hh < grp; hh++)
+            mf_cpu_to_f32(w->q + (ii * grp + hh) * D, p->q.data, p->q.dtype, qo + hh * G->q_hs, D);
     }
     memset(w->o, 0, (size_t)(M * D) * sizeof(float));
     for (int64_t r = 0; r < M; r++) w->m[r] = -INFINITY, w->l[r] = 0.0f;
@@ -235,7 +236,7 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
             const float L = w->l[r], inv = L > 0.0f ? 1.0f / L : 0.0f;
             float *orow = w->o + r * D;
             for (int64_t d = 0; d < D; d++) orow[d] *= inv;
-            mf_cpu_from_f32(p->o.data, dt, oo + hh * G->o_hs, orow, D);
+            mf_cpu_from_f32(p->o.data, p->o.dtype, oo + hh * G->o_hs, orow, D);
             if (lse) lse[lrow * G->H + g * grp + hh] = L > 0.0f ? w->m[r] + logf(L) : -INFINITY;
         }
     }
@@ -264,7 +265,7 @@ typedef struct {
     float *q, *s, *t; // q: (R, D) widened; s: (R, kDecodeChunk) scores; t: (D) a row in sk order or out of it
 } dec_scratch;
 
-// A row of D f32 into sk order (to_sk) or back: only for f16/bf16 K/V, whose
+// A row of D f32 into sk order (to_sk) or back: only for bf16 K/V, whose
 // 16-blocks v8_load16 delivers even elements first.
 static void dec_sk(float *dst, const float *src, int64_t D, bool to_sk) {
     for (int64_t e = 0; e < D; e++) {
@@ -342,13 +343,13 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
     const mf_attention_args *p = G->p;
     const att_seq *s = &G->seq[it->b];
     const int64_t H = G->H, D = G->D, grp = G->grp, R = s->q_len * H, nb = it->j1 - it->j0;
-    const mf_dtype dt = p->q.dtype;
+    const mf_dtype dt = p->k.dtype; // K and V; q in its own (the same, or f32 over a 16-bit cache)
     for (int64_t i = 0; i < s->q_len; i++)
         for (int64_t h = 0; h < H; h++) {
             float *qr = w->q + (i * H + h) * D;
-            mf_cpu_to_f32(dt == MF_DTYPE_F32 ? qr : w->t, p->q.data, dt,
+            mf_cpu_to_f32(v8_sk(dt) ? w->t : qr, p->q.data, p->q.dtype,
                           row_off(G, s, it->b, i, G->q_rs, G->q_bs) + h * G->q_hs, D);
-            if (dt != MF_DTYPE_F32) dec_sk(qr, w->t, D, true);
+            if (v8_sk(dt)) dec_sk(qr, w->t, D, true);
         }
     const int64_t es = (int64_t)mf_dtype_size(dt);
     const char *kb = (const char *)p->k.data, *vb = (const char *)p->v.data;
@@ -401,9 +402,9 @@ static void dec_merge(const att_geom *G, int32_t b, int64_t t0, int64_t t1, int6
             }
         const float inv = L > 0.0f ? 1.0f / L : 0.0f;
         for (int64_t d = 0; d < D; d++) orow[d] *= inv;
-        if (p->o.dtype != MF_DTYPE_F32) dec_sk(w->t, orow, D, false);
+        if (v8_sk(p->v.dtype)) dec_sk(w->t, orow, D, false);
         mf_cpu_from_f32(p->o.data, p->o.dtype, row_off(G, s, b, i, G->o_rs, G->o_bs) + h * G->o_hs,
-                        p->o.dtype == MF_DTYPE_F32 ? orow : w->t, D);
+                        v8_sk(p->v.dtype) ? w->t : orow, D);
         if (lse) lse[(s->qrow + i) * H + h] = L > 0.0f ? m + logf(L) : -INFINITY;
     }
 }

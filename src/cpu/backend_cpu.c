@@ -1,4 +1,5 @@
 // The CPU backend: host memory, synchronous ops.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,7 +7,51 @@
 #include "core/error.h"
 #include "cpu/cpu.h"
 
-static void cpu_destroy(mf_backend *be) { free(be); }
+// The CPU backend's state: one staging buffer kept between ops (grow-only),
+// for the f32 panels of a 16-bit weight on prefill (gemm.c). malloc'd
+// afresh each call, its pages faulted in again every call: 4-12 ms of a
+// 45 ms bf16 (128 x 5632 x 2048) GEMM on the dev VM (docs/notes/cpu.md).
+typedef struct {
+    pthread_mutex_t mu; // held by the op using buf
+    void *buf;
+    size_t bytes;
+} cpu_ctx;
+
+static void cpu_destroy(mf_backend *be) {
+    cpu_ctx *c = be->ctx;
+    if (c) {
+        pthread_mutex_destroy(&c->mu);
+        free(c->buf);
+        free(c);
+    }
+    free(be);
+}
+
+void *mf_cpu_staging_take(mf_backend *be, size_t bytes, bool *owned) {
+    cpu_ctx *c = be->ctx;
+    *owned = true;
+    if (!c || pthread_mutex_trylock(&c->mu) != 0) return mf_malloc(bytes); // another thread's op holds it
+    if (c->bytes < bytes) {
+        free(c->buf);
+        c->buf = mf_malloc(bytes);
+        c->bytes = c->buf ? bytes : 0;
+    }
+    if (!c->buf) {
+        pthread_mutex_unlock(&c->mu);
+        return NULL;
+    }
+    *owned = false;
+    return c->buf;
+}
+
+void mf_cpu_staging_give(mf_backend *be, void *p, bool owned) {
+    if (!p) return;
+    if (owned) {
+        free(p);
+        return;
+    }
+    pthread_mutex_unlock(&((cpu_ctx *)be->ctx)->mu);
+}
 
 static mf_status cpu_alloc(mf_backend *be, size_t bytes, void **out) {
     (void)be;
@@ -49,6 +94,13 @@ static mf_status cpu_set_stream(mf_backend *be, void *stream) {
 mf_status mf_backend_cpu_create(mf_backend **out) {
     mf_backend *be = mf_calloc(1, sizeof *be);
     if (!be) return mf_fail(MF_ERR_OOM, "backend_init: out of host memory for the cpu backend");
+    cpu_ctx *c = mf_calloc(1, sizeof *c);
+    if (!c || pthread_mutex_init(&c->mu, NULL) != 0) {
+        free(c);
+        free(be);
+        return mf_fail(MF_ERR_OOM, "backend_init: out of host memory for the cpu backend");
+    }
+    be->ctx = c;
     be->name = "cpu";
     be->mixed_weights = true; // f16/bf16 weights widened in registers (gemm.c)
     be->device = MF_DEVICE_CPU;

@@ -27,6 +27,13 @@ void mf_cpu_widen(float *dst, const char *src, mf_dtype dt, int64_t n);
 // mf_f32_to_f16 / mf_f32_to_bf16.
 void mf_cpu_from_f32(void *dst, mf_dtype dt, int64_t off, const float *src, int64_t n);
 
+// A staging buffer of at least `bytes` for one op: the backend's kept one
+// (its pages stay mapped between calls) or, while another thread's op holds
+// it, a fresh malloc (*owned). NULL when out of memory. Give it back with
+// mf_cpu_staging_give (p NULL: nothing). backend_cpu.c.
+void *mf_cpu_staging_take(mf_backend *be, size_t bytes, bool *owned);
+void mf_cpu_staging_give(mf_backend *be, void *p, bool owned);
+
 // Around an OpenMP region whose threads each call sgemm (one pool of threads
 // for the cores): OpenBLAS set to one thread when `par`; returns what
 // mf_cpu_blas_restore puts back (0: nothing changed). gemm.c.

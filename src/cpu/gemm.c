@@ -110,7 +110,7 @@ MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, c
 #undef SK_DT
 
 // c (m <= 8 rows, f32, row stride ldc) = alpha a @ b + beta c; a f32 row-major
-// (m, k), in sk order for a 16-bit Linear weight (sk_order_rows); b (k, n)
+// (m, k), in sk order for a bf16 Linear weight (sk_order_rows); b (k, n)
 // in dtype dt: a Linear weight W (n, k) (linear) or row-major. A Linear
 // weight: tasks of 16 weight rows. Row-major: chunks of SK_KC rows of b (a
 // run of whole rows, contiguous: one sequential stream per thread, where a
@@ -119,6 +119,21 @@ MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, c
 // partials added in chunk order: the same bits for any thread count.
 static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                     const void *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc, float *part) {
+#if MF_CPU_AVX2_KERNELS
+    // The AVX2 kernels: each thread its contiguous share of W's rows, read as
+    // stripes side by side (skinny_avx2.c); tasks of 16 rows kept the streams
+    // adjacent and read at 81-84% of the read roof where stripes read at
+    // 84-94% (TinyLlama shapes, `bench gemv --shapes tinyllama --m 1`).
+    if (linear && mf_cpu_avx2()) {
+#pragma omp parallel
+        {
+            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const int64_t r0 = n * t / nt, r1 = n * (t + 1) / nt;
+            mf_cpu_sk_nt_avx2(m, dt, k, a, lda, (const char *)b, ldb, alpha, beta, c, ldc, r0, r1);
+        }
+        return;
+    }
+#endif
     if (linear) {
         const int64_t tasks = (n + SK_WB - 1) / SK_WB;
 #pragma omp parallel for schedule(static)
@@ -138,9 +153,9 @@ static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, c
             memset(pq, 0, (size_t)(m * n) * sizeof(float));
             sk_task(false, dt, m, kc, a + i0, lda, (const char *)b + i0 * ldb * es, ldb, alpha, beta, pq, n, 0, n);
         }
-        // the columns of sk_nn's tiles, in sk order for a 16-bit b: [h, h + nsk)
+        // the columns of sk_nn's tiles, in sk order for a bf16 b: [h, h + nsk)
         const int64_t h = sk_head((const char *)b, ldb * es, es, n);
-        const int64_t nsk = dt == MF_DTYPE_F32 ? 0 : (n - h) / SK_NB * SK_NB;
+        const int64_t nsk = v8_sk(dt) ? (n - h) / SK_NB * SK_NB : 0;
 #pragma omp for schedule(static)
         for (int64_t e = 0; e < m * n; e++) { // c = alpha (partials in chunk order) + beta c
             const int64_t r = e / n, j = e % n, src = r * n + (j >= h && j - h < nsk ? h + v8_pos(j - h) : j);
@@ -169,7 +184,7 @@ static void widen_rows(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, i
 }
 
 // Rows of a (m, k) packed f32, their whole 16-blocks put in sk order in place
-// (for a 16-bit Linear weight).
+// (for a bf16 Linear weight).
 static void sk_order_rows(float *a, int64_t m, int64_t k) {
     for (int64_t r = 0; r < m; r++)
         for (int64_t i = 0; i + 16 <= k; i += 16) {
@@ -260,7 +275,6 @@ MF_CPU_HOT static void epilogue_row(float *row, const float *bias, bool gelu, in
 }
 
 mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
-    (void)be;
     int nd = p->c.ndim;
     int64_t batch = nd == 3 ? p->c.shape[0] : 1;
     int64_t m = p->c.shape[nd - 2], n = p->c.shape[nd - 1], k = p->a.shape[nd - 1];
@@ -277,7 +291,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     // packed f32 rows when it is not. (A row-major b took sgemm at 5..8 rows
     // until its loop split k: docs/notes/cpu.md.)
     const bool skinny = k > 0 && m <= 8 && (b_wide || m > 1);
-    const bool sk_order_a = skinny && lb.col_major && b_wide; // a's blocks match a 16-bit W's loads
+    const bool sk_order_a = skinny && lb.col_major && v8_sk(p->b.dtype); // a's blocks match a bf16 W's loads
     const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major) || sk_order_a);
     const bool stage_b = b_wide && !skinny && k > 0;
     const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
@@ -286,12 +300,13 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const int64_t nb = stage_b ? wide_panel_cols(k, n, threads) : 0;
     float *wa = NULL, *wb = NULL, *tc = NULL, *part = NULL;
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
-    if (stage_b) wb = mf_malloc((size_t)(threads * k * nb) * sizeof(float));
+    bool wb_owned = false; // wb from the backend's kept staging (page faults once) or, when busy, malloc
+    if (stage_b) wb = mf_cpu_staging_take(be, (size_t)(threads * k * nb) * sizeof(float), &wb_owned);
     if (stage_part) part = mf_malloc((size_t)sk_part_floats(m, n, k) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
     if ((stage_a && !wa) || (stage_b && !wb) || (stage_part && !part) || (!c_f32 && !tc)) {
         free(wa);
-        free(wb);
+        mf_cpu_staging_give(be, wb, wb_owned);
         free(tc);
         free(part);
         return mf_fail(MF_ERR_OOM, "gemm: out of host memory for f32 staging (m=%lld, n=%lld, k=%lld)",
@@ -306,7 +321,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
             bias32 = mf_malloc((size_t)n * sizeof(float));
             if (!bias32) {
                 free(wa);
-                free(wb);
+                mf_cpu_staging_give(be, wb, wb_owned);
                 free(tc);
                 free(part);
                 return mf_fail(MF_ERR_OOM, "gemm: out of host memory for the bias (n=%lld)", (long long)n);
@@ -374,7 +389,8 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         // Epilogue: half c gets beta * c_old here; then bias, then GELU.
         bool need = !c_f32 || bias || p->epilogue != MF_EPILOGUE_NONE;
         if (!need) continue;
-#pragma omp parallel for schedule(static)
+        // (one row: no region; waking the sleeping threads costs more than the row, docs/notes/cpu.md)
+#pragma omp parallel for schedule(static) if (m > 1)
         for (int64_t i = 0; i < m; i++) {
             float *row = out + i * ldo;
             if (!c_f32 && p->beta != 0.0f) {
@@ -390,7 +406,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         }
     }
     free(wa);
-    free(wb);
+    mf_cpu_staging_give(be, wb, wb_owned);
     free(tc);
     free(part);
     free(bias32);

@@ -63,7 +63,7 @@ mf_status mf_cpu_kv_write(mf_backend *be, const mf_kv_write_args *p) {
     }
     const float *inv = half ? p->inv_freq->data : NULL;
     const mf_tensor *kc = &p->k_cache, *vc = &p->v_cache, *q = p->q;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > 1)
     for (int64_t t = 0; t < n; t++) {
         float *cs = half ? cs_all + t * half * 2 : NULL;
         for (int64_t i = 0; i < half; i++) {

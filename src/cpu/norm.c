@@ -27,7 +27,7 @@ mf_status mf_cpu_add_norm(mf_backend *be, const mf_norm_args *p) {
     mf_cpu_to_f32(w, p->weight.data, p->weight.dtype, 0, dim);
     if (bias) mf_cpu_to_f32(bias, p->bias->data, p->bias->dtype, 0, dim);
     const bool layer = p->kind == MF_NORM_LAYER;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows > 1)
     for (int64_t r = 0; r < rows; r++) {
         int tid = 0;
 #ifdef _OPENMP

@@ -23,7 +23,7 @@ static void rotate_heads(const mf_tensor *v, int64_t t, int64_t i, int64_t half,
 mf_status mf_cpu_rope(mf_backend *be, const mf_rope_args *p) {
     (void)be;
     const int64_t n_tokens = p->q.shape[0], half = p->inv_freq.shape[0];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens > 1)
     for (int64_t t = 0; t < n_tokens; t++) {
         int32_t pos;
         memcpy(&pos, (const char *)p->pos.data + t * (int64_t)sizeof pos, sizeof pos);

@@ -8,6 +8,8 @@
 #ifndef MF_CPU_SKINNY_H
 #define MF_CPU_SKINNY_H
 
+#include <stdbool.h>
+
 #include "cpu/v8.h"
 
 enum {
@@ -16,13 +18,32 @@ enum {
 };
 
 
+// The AVX2 + FMA + F16C kernels of skinny_avx2.c: built for x86-64 with
+// GCC/clang unless the build asks for the baseline only (MF_CPU_NO_CLONES,
+// CI's sanitizer build), and run where the CPU has them (mf_cpu_avx2; the
+// environment variable MINFER_CPU_ISA=baseline turns them off).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MF_CPU_NO_CLONES)
+#define MF_CPU_AVX2_KERNELS 1
+#else
+#define MF_CPU_AVX2_KERNELS 0
+#endif
+bool mf_cpu_avx2(void);
+// Tests and measurements: the AVX2 kernels on (where the CPU has them) or
+// off, process-wide; returns whether they are on now.
+bool mf_cpu_avx2_set(bool on);
+// c (m <= 8 rows, row stride ldc) columns [j0, j1) = alpha a W^T + beta c
+// for a Linear weight W (n, k) in dt, row stride ldw elements; a f32 (m, k),
+// its 16-blocks in sk order for a bf16 W (v8_sk). Only when mf_cpu_avx2().
+void mf_cpu_sk_nt_avx2(int64_t m, mf_dtype dt, int64_t k, const float *a, int64_t lda, const char *w,
+                       int64_t ldw, float alpha, float beta, float *c, int64_t ldc, int64_t j0, int64_t j1);
+
 // c = alpha acc + beta c (beta == 0: c is not read).
 V8_INLINE void sk_out(float *c, float acc, float alpha, float beta) {
     *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
 }
 
 // b a Linear weight, W (n, k) row-major: c[r][j] = a_r . W_j for M rows of a
-// and weight rows [j0, j1). a's whole 16-blocks are in sk order for a 16-bit
+// and weight rows [j0, j1). a's whole 16-blocks are in sk order for a bf16
 // W. Two sums per row (the 16 elements of a block), so that one row is not
 // bound by the latency of a single chain of adds.
 V8_INLINE void sk_nt(const int M, const mf_dtype dt, int64_t k, const float *a, int64_t lda, const char *w,
@@ -54,7 +75,7 @@ V8_INLINE void sk_nt(const int M, const mf_dtype dt, int64_t k, const float *a, 
 }
 
 // b row-major (k, n), rows [i0, i1) of a panel, columns [j, j + 16): G rows
-// of a add into their sums in c (rows r < G at c + r * ldc; a 16-bit b's
+// of a add into their sums in c (rows r < G at c + r * ldc; a bf16 b's
 // columns in sk order). The sums move as whole vectors (v8f_un): through
 // memcpy, GCC 12 copied them to the stack in 16-byte pieces and loaded
 // them back 32 bytes at a time, which store forwarding cannot serve (a

@@ -31,7 +31,7 @@ mf_status mf_cpu_topk(mf_backend *be, const mf_topk_args *p) {
     (void)be;
     const int64_t rows = p->x.shape[0], n = p->x.shape[1], rs = p->x.stride[0], k = p->k;
     const float scale = p->scale;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows > 1)
     for (int64_t r = 0; r < rows; r++) {
         int32_t *id = (int32_t *)p->ids.data + r * k;
         float *v = (float *)p->vals.data + r * k, *st = (float *)p->stats.data + 2 * r;

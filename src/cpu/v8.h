@@ -6,6 +6,7 @@
 #ifndef MF_CPU_V8_H
 #define MF_CPU_V8_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -62,12 +63,19 @@ V8_INLINE float v8_load1(const char *p, mf_dtype dt, int64_t i) {
     return dt == MF_DTYPE_BF16 ? mf_bitsf((uint32_t)h << 16) : mf_f16_to_f32(h);
 }
 
-// 16 elements at p (dtype dt) as f32 in two vectors. f32:
-// elements 0..7, then 8..15. f16/bf16: the even elements, then the odd ones
+// 16 elements at p (dtype dt) as f32 in two vectors. f32 and f16:
+// elements 0..7, then 8..15. bf16: the even elements, then the odd ones
 // ("sk order"): one 32-byte load split by a mask and a shift, where widening
 // 8 elements in order costs GCC 4 shuffles (2 loads, 2 pmovzx, an insert).
-// The loops lay out the other operand, or their sums, to match (v8_pos).
+// The loops lay out the other operand, or their sums, to match (v8_pos,
+// mf_cpu_sk_order). (f16 stays in order: the AVX2 kernels widen it with
+// F16C's vcvtph2ps, which takes 8 halves in order.)
 V8_INLINE void v8_load16(v8f out[2], const char *p, mf_dtype dt) {
+    if (dt == MF_DTYPE_F16) {
+        v8_load8(&out[0], p, dt);
+        v8_load8(&out[1], p + 16, dt);
+        return;
+    }
     if (dt == MF_DTYPE_F32) {
         memcpy(&out[0], p, 32);
         memcpy(&out[1], p + 32, 32);
@@ -75,16 +83,13 @@ V8_INLINE void v8_load16(v8f out[2], const char *p, mf_dtype dt) {
     }
     v8u u, lo, hi;
     memcpy(&u, p, 32);
-    if (dt == MF_DTYPE_BF16) {
-        lo = u << 16, hi = u & 0xffff0000u;
-    } else {
-        lo = u & 0xffffu, hi = u >> 16;
-        v8_f16_bits(&lo);
-        v8_f16_bits(&hi);
-    }
+    lo = u << 16, hi = u & 0xffff0000u;
     memcpy(&out[0], &lo, 32);
     memcpy(&out[1], &hi, 32);
 }
+
+// Whether 16-blocks of dtype dt come out of v8_load16 in sk order (bf16 only).
+V8_INLINE bool v8_sk(mf_dtype dt) { return dt == MF_DTYPE_BF16; }
 
 // Where element j of a run of 16-blocks sits in sk order (elements past the
 // last whole block stay in place).

@@ -147,12 +147,12 @@ static mf_status check_params(const mf_engine *e, const mf_request_params *p) {
                        MF_ENGINE_MAX_TOP_LOGPROBS);
     if (p->top_logprobs > 0 && !p->logprobs)
         return mf_fail(MF_ERR_INVALID_ARG, "%s: top_logprobs %d without logprobs", fn, p->top_logprobs);
-    // Room: the prompt and all but the last generated token live in the cache.
-    const int64_t max_len = e->o.max_model_len, bs = e->r.block_size;
-    if (p->n_prompt > max_len)
-        return mf_fail(MF_ERR_INVALID_ARG, "%s: prompt of %lld tokens is longer than max_model_len %lld", fn,
-                       (long long)p->n_prompt, (long long)max_len);
-    int64_t gen = p->max_tokens < max_len - p->n_prompt + 1 ? p->max_tokens : max_len - p->n_prompt + 1;
+    // Room: prompt + generated <= max_model_len; the prompt and all but the last
+    // generated token live in the cache.
+    const int64_t max_len = e->o.max_model_len, bs = e->r.block_size, gen = p->max_tokens;
+    if (p->n_prompt > max_len - gen)
+        return mf_fail(MF_ERR_INVALID_ARG, "%s: prompt of %lld tokens + max_tokens %lld exceed max_model_len %lld", fn,
+                       (long long)p->n_prompt, (long long)gen, (long long)max_len);
     const int64_t n = p->n > 0 ? p->n : 1, prompt_blocks = p->n_prompt / bs;
     const int64_t per_seq = (p->n_prompt + gen - 1 + bs - 1) / bs - prompt_blocks; // a sequence's own blocks
     const int64_t need = prompt_blocks + n * per_seq;
@@ -177,10 +177,9 @@ mf_status mf_engine_add_request(mf_engine *e, const mf_request_params *p, uint64
     }
     eng_req *q = mf_calloc(1, sizeof *q);
     if (!q) return mf_fail(MF_ERR_OOM, "engine_add_request: out of memory");
-    const int64_t max_len = e->o.max_model_len;
     q->n = p->n > 0 ? p->n : 1;
     q->n_prompt = p->n_prompt;
-    q->max_gen = p->max_tokens < max_len - p->n_prompt + 1 ? p->max_tokens : max_len - p->n_prompt + 1;
+    q->max_gen = p->max_tokens;
     q->sampler = p->sampler;
     q->ignore_eos = p->ignore_eos, q->logprobs = p->logprobs, q->top_n = p->top_logprobs;
     const mf_sampler_params *sp = &p->sampler;
@@ -350,9 +349,14 @@ static mf_status draw(mf_engine *e, eng_seq *s, int32_t row, mf_run_kind kind, i
         e->st.device_picks++;
         return MF_OK;
     }
+    if (e->b_read[row]) { // the candidates did not decide a draw of this row: its logits, read back already
+        const mf_status st = mf_sampler_sample_rng(e->sampler, &s->rng, e->b_logits + (size_t)row * (size_t)V, s->toks,
+                                                   s->n_tok, id);
+        return st == MF_OK ? MF_OK : fail_at(st, s);
+    }
     mf_status st = mf_sampler_sample_candidates(e->sampler, &s->rng, e->b_ids + (size_t)row * (size_t)k,
                                                 e->b_vals + (size_t)row * (size_t)k, k, e->b_stats + 2 * (size_t)row, id);
-    if (st == MF_ERR_UNSUPPORTED) { // the candidates do not decide it: the row's logits
+    if (st == MF_ERR_UNSUPPORTED) { // (read_back asked the same question with the same state: not reached)
         MF_TRY(e->r.read_logits(e->r.ctx, row, e->row));
         e->st.logit_reads++;
         st = mf_sampler_sample_rng(e->sampler, &s->rng, e->row, s->toks, s->n_tok, id);
@@ -401,6 +405,37 @@ static mf_status accept(mf_engine *e, eng_seq *s, int32_t id, int32_t row, mf_ru
     if (why) {
         seq_end(e, s, why);
         ev->finish = why;
+    }
+    return MF_OK;
+}
+
+// A top-k step's rows whose candidates cannot decide a draw (top-p reaching
+// past them): their logits read back into b_logits before anything of the
+// step is taken, so that a failed read-back fails the step as a whole. The
+// question is asked of each sequence that draws from the row (a request's
+// siblings, at its fork) with a copy of its PRNG state.
+static mf_status read_back(mf_engine *e, int32_t k) {
+    const int64_t V = e->r.vocab;
+    for (int32_t i = 0; i < e->n_sched; i++) {
+        const eng_seq *s = e->sched[i];
+        const int32_t row = s->step_row;
+        const eng_req *q = s->req;
+        if (row < 0) continue;
+        e->b_read[row] = 0;
+        if (q->greedy || q->need_logits || s->state != SEQ_RUNNING) continue;
+        mf_sampler_set_params(e->sampler, &q->sampler);
+        const bool fork = s->index == 0 && !q->forked && q->n > 1;
+        for (int32_t j = fork ? 0 : s->index; j < (fork ? q->n : s->index + 1) && !e->b_read[row]; j++) {
+            mf_rng rng = q->seqs[j].rng;
+            int32_t id;
+            if (mf_sampler_sample_candidates(e->sampler, &rng, e->b_ids + (size_t)row * (size_t)k,
+                                             e->b_vals + (size_t)row * (size_t)k, k, e->b_stats + 2 * (size_t)row,
+                                             &id) != MF_ERR_UNSUPPORTED)
+                continue;
+            MF_TRY(e->r.read_logits(e->r.ctx, row, e->b_logits + (size_t)row * (size_t)V));
+            e->b_read[row] = 1;
+            e->st.logit_reads++;
+        }
     }
     return MF_OK;
 }
@@ -456,6 +491,7 @@ mf_status mf_engine_step(mf_engine *e, mf_engine_step_result *out) {
                       .tables = e->b_tables, .out = e->b_out, .n_out = rows, .kind = kind, .k = k, .scale = scale,
                       .logits = e->b_logits, .ids = e->b_ids, .vals = e->b_vals, .stats = e->b_stats};
     MF_TRY(e->r.run(e->r.ctx, &b));
+    if (kind == MF_RUN_TOPK) MF_TRY(read_back(e, k));
     const double now = mf_engine_now();
     e->st.steps++;
     // The step's tokens are cached now; then each output row's draw.
@@ -567,6 +603,7 @@ void mf_engine_free(mf_engine *e) {
     free(e->b_ids);
     free(e->b_vals);
     free(e->b_stats);
+    free(e->b_read);
     free(e->events);
     if (e->r.destroy) e->r.destroy(e->r.ctx);
     free(e);
@@ -598,9 +635,10 @@ mf_status mf_engine_create_runner(const mf_runner *r, const mf_engine_opts *o, m
         e->b_ids = mf_malloc(S * MF_TOPK_MAX * sizeof *e->b_ids);
         e->b_vals = mf_malloc(S * MF_TOPK_MAX * sizeof *e->b_vals);
         e->b_stats = mf_malloc(S * 2 * sizeof *e->b_stats);
+        e->b_read = mf_calloc(S, sizeof *e->b_read);
         e->events = mf_malloc(S * sizeof *e->events);
         if (!e->row || !e->sched || !e->b_tokens || !e->b_cu || !e->b_pos0 || !e->b_tables || !e->b_out ||
-            !e->b_logits || !e->b_ids || !e->b_vals || !e->b_stats || !e->events)
+            !e->b_logits || !e->b_ids || !e->b_vals || !e->b_stats || !e->b_read || !e->events)
             st = mf_fail(MF_ERR_OOM, "%s: out of host memory for %d sequences x vocab %lld", fn, r->max_seqs,
                          (long long)r->vocab);
     }

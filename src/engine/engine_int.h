@@ -99,6 +99,7 @@ struct mf_engine {
     int32_t *b_ids;            // (max_seqs, MF_TOPK_MAX)
     float *b_vals;             // (max_seqs, MF_TOPK_MAX)
     float *b_stats;            // (max_seqs, 2)
+    uint8_t *b_read;           // (max_seqs) candidate rows whose logits were read back into b_logits
     mf_engine_event *events;   // (max_seqs)
     int32_t n_events;
     mf_engine_stats st;

@@ -201,11 +201,14 @@ mf_status mf_generate_runner(const mf_runner *r, int64_t max_seq, const mf_promp
     g.req = mf_calloc((size_t)g.n, sizeof *g.req);
     if (!g.ids || !g.n_ids || !g.encoded || !g.req) st = mf_fail(MF_ERR_OOM, "generate: out of memory");
     if (st == MF_OK) st = prompts_of(&g, r, max_seq, prompts, p);
-    const mf_engine_opts eo = {.max_model_len = max_seq};
+    // the session holds max_seq tokens: a sequence ends at max_seq + 1 (its last token is never cached)
+    const mf_engine_opts eo = {.max_model_len = max_seq + 1};
     if (st == MF_OK) st = mf_engine_create_runner(r, &eo, &g.e);
     mf_generate_stats stats = {0};
     for (int32_t i = 0; i < g.n && st == MF_OK && p->max_new_tokens > 0; i++) {
-        mf_request_params rp = {.prompt = g.ids[i], .n_prompt = g.n_ids[i], .max_tokens = p->max_new_tokens,
+        const int64_t room = max_seq + 1 - g.n_ids[i];
+        mf_request_params rp = {.prompt = g.ids[i], .n_prompt = g.n_ids[i],
+                                .max_tokens = p->max_new_tokens < room ? p->max_new_tokens : room,
                                 .sampler = p->sampler, .stop = p->stop, .n_stop = p->n_stop,
                                 .ignore_eos = p->ignore_eos, .host_sampling = p->host_sampling};
         rp.sampler.seed = p->sampler.seed + (uint64_t)i;

@@ -109,11 +109,17 @@ static mf_status check_args(mf_backend *be, const mf_attention_args *p, bool *em
     MF_TRY(check_qkvo(be, &p->o, "o", qnd, qdims));
     MF_TRY(check_qkvo(be, &p->k, "k", knd, kdims));
     MF_TRY(check_qkvo(be, &p->v, "v", knd, kdims));
-    const mf_dtype dt = p->q.dtype;
-    if (p->k.dtype != dt || p->v.dtype != dt || p->o.dtype != dt)
-        return mf_fail(MF_ERR_INVALID_ARG, "attention: dtypes q %s, k %s, v %s, o %s (want one dtype for all four)",
-                       mf_dtype_name(dt), mf_dtype_name(p->k.dtype), mf_dtype_name(p->v.dtype),
-                       mf_dtype_name(p->o.dtype));
+    // One dtype for all four, or (CPU) f32 q and o over an f16/bf16 K/V (a 16-bit KV cache).
+    const mf_dtype dt = p->q.dtype, kdt = p->k.dtype;
+    if (p->o.dtype != dt || p->v.dtype != kdt || (kdt != dt && dt != MF_DTYPE_F32))
+        return mf_fail(MF_ERR_INVALID_ARG,
+                       "attention: dtypes q %s, k %s, v %s, o %s (want one dtype for all four, or f32 q and o with "
+                       "f16/bf16 k and v)",
+                       mf_dtype_name(dt), mf_dtype_name(kdt), mf_dtype_name(p->v.dtype), mf_dtype_name(p->o.dtype));
+    if (kdt != dt && mf_backend_device(be) != MF_DEVICE_CPU)
+        return mf_fail(MF_ERR_UNSUPPORTED,
+                       "attention: f32 q and o with %s k and v: the %s backend takes one dtype for all four (a "
+                       "16-bit KV cache with f32 activations is the CPU's)", mf_dtype_name(kdt), be->name);
     for (int d = 0; d < qnd; d++)
         if (p->o.shape[d] != p->q.shape[d])
             return mf_fail(MF_ERR_INVALID_ARG, "attention: o shape[%d] = %lld != q's %lld", d, (long long)p->o.shape[d],

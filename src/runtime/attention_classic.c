@@ -76,7 +76,8 @@ static mf_status classic_block(mf_session *s, int32_t layer, const mf_fwd_seg *g
         q = view3(s->dev.q_hm.data, dt, dev, G, grp * nq, D, grp * nq * D, D, 1);
     }
     const mf_tensor scores = view3(s->dev.scores.data, MF_DTYPE_F32, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
-    mf_gemm_args qk = {.a = q, .b = view3(kc.data, dt, dev, G, D, tk, D, 1, G * D), .c = scores, .alpha = 1.0f};
+    const mf_dtype kvt = s->kv.dtype; // the activations' or (CPU) f16/bf16: a mixed GEMM
+    mf_gemm_args qk = {.a = q, .b = view3(kc.data, kvt, dev, G, D, tk, D, 1, G * D), .c = scores, .alpha = 1.0f};
     MF_TRY(mf_gemm(mf_role(s, "scores"), &qk));
 
     mf_softmax_args sm = {.scale = 1.0f / sqrtf((float)D), .causal = true};
@@ -91,7 +92,7 @@ static mf_status classic_block(mf_session *s, int32_t layer, const mf_fwd_seg *g
     MF_TRY(mf_softmax(mf_role(s, "attn"), &sm));
 
     const mf_tensor p = view3(s->dev.probs.data, s->dev.probs.dtype, dev, G, grp * nq, tk, grp * nq * ld, ld, 1);
-    mf_gemm_args pv = {.a = p, .b = view3(vc.data, dt, dev, G, tk, D, D, G * D, 1), .alpha = 1.0f};
+    mf_gemm_args pv = {.a = p, .b = view3(vc.data, kvt, dev, G, tk, D, D, G * D, 1), .alpha = 1.0f};
     if (view) {
         pv.c = nq == 1 ? view3(at(&s->dev.ctx, row * ctx_w), dt, dev, G, grp, D, grp * D, D, 1)
                        : view3(at(&s->dev.ctx, row * ctx_w), dt, dev, G, nq, D, D, ctx_w, 1);

@@ -1,7 +1,8 @@
 // Internal: the KV cache of a session, a pool of fixed-size blocks.
 //
 // Per layer, K and V: (n_blocks, block_size, n_kv_heads, head_dim) in the
-// activation dtype, row-major, all in one backend allocation (vLLM's
+// model's KV dtype (the activations' unless mf_model_opts.kv_dtype asks
+// for f16/bf16 on the CPU), row-major, all in one backend allocation (vLLM's
 // layout). An engine's session hands blocks out through block tables; a
 // session of slots gives slot b the run of blocks [b W, b W + W), so that
 // its tokens are one contiguous (slot_len = W block_size, n_kv_heads,

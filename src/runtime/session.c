@@ -227,7 +227,7 @@ mf_status mf_session_plan_memory(const mf_model *m, int32_t max_batch, int64_t m
     mf_session_dims d;
     session_dims(m, max_batch, max_seq, 0, kSlotBlock, false, &d);
     out->kv_bytes = mf_kv_cache_bytes(sp->n_layers, (int64_t)max_batch * d.table_w, d.block_size, sp->n_kv_heads,
-                                      sp->head_dim, m->dtype);
+                                      sp->head_dim, m->kv_dtype);
     out->scratch_bytes = scratch_bytes(m, &d);
     size_t moe = 0;
     MF_TRY(moe_ws_bytes(m, d.step_tokens, &moe));
@@ -283,10 +283,10 @@ static mf_status create(const char *fn, mf_model *m, int32_t max_batch, int64_t 
     mf_status st = MF_OK;
     if (blocks > INT32_MAX) // beyond any memory (2^31 blocks of 64 tokens)
         st = mf_fail(MF_ERR_OOM, "%s: cannot allocate the KV cache (%.3g bytes: %d layers x %lld blocks of %d tokens)", fn,
-                     (double)mf_kv_cache_bytes(sp->n_layers, blocks, bs, sp->n_kv_heads, sp->head_dim, m->dtype),
+                     (double)mf_kv_cache_bytes(sp->n_layers, blocks, bs, sp->n_kv_heads, sp->head_dim, m->kv_dtype),
                      sp->n_layers, (long long)blocks, bs);
     if (st == MF_OK)
-        st = mf_kv_cache_init(&s->kv, s->be, m->dtype, sp->n_layers, (int32_t)blocks, bs, sp->n_kv_heads, sp->head_dim);
+        st = mf_kv_cache_init(&s->kv, s->be, m->kv_dtype, sp->n_layers, (int32_t)blocks, bs, sp->n_kv_heads, sp->head_dim);
     if (st == MF_OK) st = alloc_host(&s->host, max_batch, &s->dims);
     if (st == MF_OK) st = alloc_scratch(s);
     if (st == MF_OK && m->attn == MF_ATTN_FLASH) st = alloc_attn_workspace(s);

@@ -95,10 +95,28 @@ static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts 
                            opts->attn);
     }
     m->mat_dtype = m->dtype;
-    if (mf_backend_device(be) == MF_DEVICE_CPU) { // the CPU computes in f32; its GEMM reads 16-bit weights
+    const bool cpu = mf_backend_device(be) == MF_DEVICE_CPU;
+    if (cpu) { // the CPU computes in f32; its GEMM reads 16-bit weights
         m->mat_auto = dtype_auto;
         if (dtype_auto) m->mat_dtype = MF_DTYPE_F32; // for matrices that are not all f16 or all bf16
         m->dtype = MF_DTYPE_F32;
+    }
+    // The KV cache: the activations' dtype unless asked (the CPU's attention
+    // also reads an f16/bf16 cache with f32 q and o; CUDA's does not).
+    m->kv_dtype = cpu ? MF_CPU_KV_DEFAULT : m->dtype;
+    const char *kv = opts ? opts->kv_dtype : NULL;
+    if (kv && strcmp(kv, "auto") != 0) {
+        if (!strcmp(kv, "f32"))
+            m->kv_dtype = MF_DTYPE_F32;
+        else if (!strcmp(kv, "f16"))
+            m->kv_dtype = MF_DTYPE_F16;
+        else if (!strcmp(kv, "bf16"))
+            m->kv_dtype = MF_DTYPE_BF16;
+        else
+            return mf_fail(MF_ERR_INVALID_ARG, "%s: opts->kv_dtype '%s' (want auto, f32, f16 or bf16)", fn, kv);
+        if (!cpu && m->kv_dtype != m->dtype)
+            return mf_fail(MF_ERR_UNSUPPORTED, "%s: kv_dtype %s with %s activations: the %s backend keeps the KV cache "
+                           "in the activation dtype", fn, kv, mf_dtype_name(m->dtype), mf_backend_name(be));
     }
     return MF_OK;
 }
@@ -209,8 +227,8 @@ mf_status mf_model_get_info(const mf_model *m, mf_model_info *out) {
         .arch = s->arch, .n_params = m->n_params, .n_layers = s->n_layers, .hidden = s->hidden,
         .n_heads = s->n_heads, .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .ffn = s->ffn,
         .vocab = s->vocab, .max_pos = s->max_pos, .dtype = m->w.mat_dtype, .act_dtype = m->dtype,
-        .weight_bytes = m->w.weight_bytes,
-        .kv_bytes_per_token = 2 * (int64_t)s->n_layers * s->n_kv_heads * s->head_dim * (int64_t)mf_dtype_size(m->dtype),
+        .kv_dtype = m->kv_dtype, .weight_bytes = m->w.weight_bytes,
+        .kv_bytes_per_token = 2 * (int64_t)s->n_layers * s->n_kv_heads * s->head_dim * (int64_t)mf_dtype_size(m->kv_dtype),
         .bos_id = s->bos_id, .eos_id = s->n_eos > 0 ? s->eos_ids[0] : -1, .n_eos = s->n_eos,
         .backend = mf_backend_name(m->be), .source = m->source, .family = m->fam ? m->fam->name : s->arch,
         .family_about = m->fam ? m->fam->about : "", .hf_class = m->hf_class, .chat_template = m->chat_template,

@@ -18,6 +18,10 @@
 extern "C" {
 #endif
 
+// The CPU's KV cache dtype when none is asked (mf_model_opts.kv_dtype
+// "auto"): chosen by measurement, docs/notes/cpu.md.
+#define MF_CPU_KV_DEFAULT MF_DTYPE_F32
+
 typedef enum {
     MF_ATTN_FLASH = 0,        // mf_attention: online softmax, no scores buffer (the default)
     MF_ATTN_CLASSIC = 1,      // QK^T GEMM -> mf_softmax -> P.V GEMM (the "before", and a reference)
@@ -27,7 +31,8 @@ struct mf_model {
     mf_backend *be;           // not owned
     mf_dec_spec spec;
     const mf_family *fam;     // the architecture family (arch.h)
-    mf_dtype dtype;           // activations and KV cache; CUDA: every weight too (CPU: f32)
+    mf_dtype dtype;           // activations (and the KV cache on CUDA); CUDA: every weight too (CPU: f32)
+    mf_dtype kv_dtype;        // the KV cache (mf_model_opts.kv_dtype; CUDA: dtype)
     mf_dtype mat_dtype;       // the weight matrices asked for (CUDA: dtype; CPU: f32, f16 or bf16)
     bool mat_auto;            // CPU: matrices keep their checkpoint's f16/bf16 (opts NULL or dtype_auto)
     mf_attn_kind attn;        // what its sessions run (mf_model_opts.attn)
