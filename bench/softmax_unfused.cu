@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/portable.cuh"
 #include "softmax_unfused.h"
 
 namespace {
@@ -79,8 +80,8 @@ __device__ __forceinline__ float block_reduce(float v, float *red, bool is_max) 
 // are read once into shared memory; longer rows are read three times (max,
 // sum, write), as a plain softmax does.
 template <typename T> __global__ void softmax_kernel(const T *in, T *y, int64_t rows, int cols, bool cached) {
-    extern __shared__ float row[];
-    __shared__ float red[32];
+    MF_DYN_SHARED(float, row);
+    MF_SHARED(float, red, [32]);
     constexpr int kV = 16 / sizeof(T);
     const bool vec = cached && cols % kV == 0;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -135,12 +136,10 @@ int run(cudaStream_t s, const void *x, void *tmp, void *y, const uint8_t *mask, 
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     const int64_t cap = (int64_t)sms * 8;
     auto grid = [&](int64_t work) { return (unsigned)(work < 1 ? 1 : work > cap ? cap : work); };
-    scale_kernel<T><<<grid((n / (16 / (int64_t)sizeof(T)) + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-        static_cast<const T *>(x), static_cast<T *>(tmp), n, scale);
-    if (mask) mask_kernel<T><<<grid(rows), kThreads, 0, s>>>(static_cast<T *>(tmp), mask, rows, q_len, (int)cols);
+    MF_LAUNCH(scale_kernel<T>, grid((n / (16 / (int64_t)sizeof(T)) + kThreads - 1) / kThreads), kThreads, 0, s, static_cast<const T *>(x), static_cast<T *>(tmp), n, scale);
+    if (mask) MF_LAUNCH(mask_kernel<T>, grid(rows), kThreads, 0, s, static_cast<T *>(tmp), mask, rows, q_len, (int)cols);
     const bool cached = cols <= kSmemCols;
-    softmax_kernel<T><<<grid(rows), kThreads, cached ? (size_t)cols * sizeof(float) : 0, s>>>(
-        static_cast<const T *>(tmp), static_cast<T *>(y), rows, (int)cols, cached);
+    MF_LAUNCH(softmax_kernel<T>, grid(rows), kThreads, cached ? (size_t)cols * sizeof(float) : 0, s, static_cast<const T *>(tmp), static_cast<T *>(y), rows, (int)cols, cached);
     return (int)cudaGetLastError();
 }
 

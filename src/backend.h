@@ -66,7 +66,7 @@ struct mf_backend {
     // or sync, so that a graph can record it (NULL: never; the generic loop
     // reads the offsets back). At most MF_MOE_DECODE_MAX_ROWS routed rows
     // (assignments T * top_k) take such a path on CUDA (its decode kernels,
-    // src/cuda/moe.cu): 32 = a decode batch of 16 x top-2 (docs/notes/moe.md).
+    // src/cuda/moe/): 32 = a decode batch of 16 x top-2 (docs/notes/moe.md).
     bool (*moe_experts_capturable)(mf_backend *be, const mf_moe_experts_args *args);
 
     mf_op_hook *hook; // set by a session for the length of a forward call; NULL: ops only run

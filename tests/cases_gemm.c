@@ -1,6 +1,6 @@
 // GEMM cases: c = act(alpha * a @ b + beta * c + bias).
 //
-// What every backend computes (src/cpu/gemm.c defines it; src/cuda/gemm.cu
+// What every backend computes (src/cpu/gemm.c defines it; src/cuda/gemm/gemm.cu
 // follows it on each of its paths): the k products summed in f32 (products
 // of f16/bf16 values are exact in f32), times alpha, plus beta * c, plus the
 // bias, each step rounded to f32; then GELU in f32; then ONE rounding to c's

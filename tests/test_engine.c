@@ -1559,7 +1559,8 @@ typedef struct {
     mf_session *sess;
 } fixture_model;
 
-static bool fixture_open(const char *name, fixture_model *fm) {
+// On CUDA (f32: HF's ids are the f32 model's) or the CPU.
+static bool fixture_open(const char *name, fixture_model *fm, const char *backend) {
     memset(fm, 0, sizeof *fm);
     fm->name = name;
     char path[1024];
@@ -1572,7 +1573,9 @@ static bool fixture_open(const char *name, fixture_model *fm) {
         return false;
     }
     snprintf(path, sizeof path, "%s/models/%s", fixtures, name);
-    if (mf_backend_init("cpu", &fm->be) != MF_OK || mf_model_load(path, fm->be, NULL, &fm->model) != MF_OK ||
+    const mf_model_opts mo = {.dtype = MF_DTYPE_F32};
+    const bool cuda = !strcmp(backend, "cuda");
+    if (mf_backend_init(backend, &fm->be) != MF_OK || mf_model_load(path, fm->be, cuda ? &mo : NULL, &fm->model) != MF_OK ||
         mf_session_create(fm->model, 4, 64, &fm->sess) != MF_OK) {
         fail("%s: %s", name, mf_last_error());
         return false;
@@ -1964,14 +1967,19 @@ static void e2e_many(fixture_model *fm, int calls) {
     CHECK(bad == 0, "%s: %d calls failed: %s", fm->name, bad, mf_last_error());
 }
 
-static void test_e2e(const char *name, int calls) {
-    static char titles[8][160]; // case names must outlive the case
+// backend "cuda": skipped without a device (the kernel emulator runs it in CI).
+static void test_e2e(const char *name, int calls, const char *backend) {
+    static char titles[8][200]; // case names must outlive the case
     static int n_titles;
     char *title = titles[n_titles++ % 8];
-    snprintf(title, sizeof titles[0], "generate (%s, cpu): greedy = HF ids and text, stop strings, batches, bad inputs, device greedy = host, device candidates = host, %d calls", name, calls);
+    snprintf(title, sizeof titles[0], "generate (%s, %s): greedy = HF ids and text, stop strings, batches, bad inputs, device greedy = host, device candidates = host, %d calls", name, !strcmp(backend, "cuda") ? "cuda f32" : backend, calls);
+    if (!strcmp(backend, "cuda") && !mf_cuda_available()) {
+        if (!filter || strstr(title, filter)) printf("skip %s: no CUDA device\n", title);
+        return;
+    }
     CASE(title) {
         fixture_model fm;
-        if (fixture_open(name, &fm)) {
+        if (fixture_open(name, &fm, backend)) {
             const mf_tokenizer *tok = mf_model_tokenizer(fm.model);
             if (!tok) fail("%s: no tokenizer", name);
             else {
@@ -2024,10 +2032,13 @@ int main(int argc, char **argv) {
     mf_tokenizer_free(gpt2);
 
     // 1,000 calls each: a few seconds (with OMP_WAIT_POLICY=PASSIVE, as CTest sets).
-    test_e2e("gpt2-tiny", 1000);
-    test_e2e("llama-tiny", 1000);
-    test_e2e("llama3-tiny", 1000);
-    test_e2e("qwen2-tiny", 300); // byte-level BPE with NFC + Split (Qwen2), no BOS, ChatML specials
+    test_e2e("gpt2-tiny", 1000, "cpu");
+    test_e2e("llama-tiny", 1000, "cpu");
+    test_e2e("llama3-tiny", 1000, "cpu");
+    test_e2e("qwen2-tiny", 300, "cpu"); // byte-level BPE with NFC + Split (Qwen2), no BOS, ChatML specials
+    // On CUDA: the engine's prefill and decode on the device, argmax / top-k on the device
+    test_e2e("gpt2-tiny", 20, "cuda");
+    test_e2e("llama-tiny", 20, "cuda");
 
     case_flush();
     printf("bad-input cases: %d\n", n_bad_inputs);

@@ -1819,6 +1819,19 @@ static void topk_sessions(const char *name, mf_model *m, const fixture *f, bool 
                "stats is NULL", NULL);
     expect_err(name, mf_session_read_logits(sb, 3, row), MF_ERR_UNSUPPORTED, "row 3's logits are not on the device", NULL);
 
+    // mf_generate runs on the serving engine, which runs flash attention
+    // only: a model loaded with classic attention is refused (first run on
+    // the CUDA kernel emulator: the CUDA classic pass called it).
+    if (m->attn != MF_ATTN_FLASH) {
+        const int32_t *p1[1] = {tok};
+        const int64_t n1[1] = {off[1]};
+        mf_prompts pr1 = {.n = 1, .tokens = p1, .n_tokens = n1};
+        mf_generate_params p = mf_generate_params_default();
+        mf_generate_result r;
+        expect_err(name, mf_generate(sb, &pr1, &p, &r), MF_ERR_UNSUPPORTED, "the serving engine runs flash attention",
+                   NULL);
+        goto out;
+    }
     // mf_generate: candidates vs host sampling, token for token.
     const mf_sampler_params kinds[4] = {{.temperature = 0.8f, .top_k = 20},
                                         {.temperature = 0.6f, .top_p = 0.9f},
@@ -1933,11 +1946,14 @@ static void test_cuda_memory(const char *fx) {
 #endif
 }
 
+// --cuda-only: the CUDA cases alone (the MINFER_ATTN=wgmma and compute
+// capability 8.0 passes, whose CPU cases are the plain run's).
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_model FIXTURES_DIR (tests/fixtures/models)\n");
+    if (argc < 2 || (argc > 2 && strcmp(argv[2], "--cuda-only") != 0)) {
+        fprintf(stderr, "usage: test_model FIXTURES_DIR (tests/fixtures/models) [--cuda-only]\n");
         return 2;
     }
+    const bool cpu_cases = argc == 2;
     fixdir = argv[1];
     snprintf(tmpdir, sizeof tmpdir, "/tmp/minfer_test_model_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1951,37 +1967,39 @@ int main(int argc, char **argv) {
                               "mixtral-tiny", "qwen2-tiny", "mistral-window-tiny", // window 8, a 41-token prompt
                               "qwen2-moe-tiny"};
     const int n_fixtures = (int)(sizeof fixtures / sizeof fixtures[0]);
-    for (int i = 0; i < n_fixtures; i++) test_fixture(cpu, fixtures[i]);
-    test_weight_dtypes(cpu);
-    test_kv_dtypes(cpu);
-    test_cpu_threads(cpu);
     const char *attns[] = {"flash", "classic"};
-    for (int a = 0; a < 2; a++) {
-        test_reference(cpu, "tiny", attns[a], 0);
-        test_reference(cpu, "tiny", attns[a], 5); // sliding window (Mistral)
-        test_reference(cpu, "tiny-geglu", attns[a], 0);
-        test_reference(cpu, "tiny-gpt2", attns[a], 0);
-        test_reference(cpu, "tiny-postnorm", attns[a], 0);
-        test_reference(cpu, "tiny-moe-postnorm", attns[a], 0); // attention, add & norm, MoE, add & norm
+    if (cpu_cases) {
+        for (int i = 0; i < n_fixtures; i++) test_fixture(cpu, fixtures[i]);
+        test_weight_dtypes(cpu);
+        test_kv_dtypes(cpu);
+        test_cpu_threads(cpu);
+        for (int a = 0; a < 2; a++) {
+            test_reference(cpu, "tiny", attns[a], 0);
+            test_reference(cpu, "tiny", attns[a], 5); // sliding window (Mistral)
+            test_reference(cpu, "tiny-geglu", attns[a], 0);
+            test_reference(cpu, "tiny-gpt2", attns[a], 0);
+            test_reference(cpu, "tiny-postnorm", attns[a], 0);
+            test_reference(cpu, "tiny-moe-postnorm", attns[a], 0); // attention, add & norm, MoE, add & norm
+        }
+        test_bad_inputs(cpu);
+        test_broken(cpu);
+        test_memory_plan(cpu);
+        test_profiler(cpu, "flash");
+        test_profiler(cpu, "classic");
+        test_faults(cpu, "gpt2-tiny");
+        test_faults(cpu, "llama-tiny-bf16");
+        test_faults(cpu, "mixtral-tiny");
+        test_faults(cpu, "qwen2-moe-tiny");
+        test_cycles(cpu);
+        on_fixture("greedy on the device", greedy_sessions, cpu, "gpt2-tiny", NULL);
+        on_fixture("greedy on the device", greedy_sessions, cpu, "llama-tiny", NULL);
+        on_fixture("greedy on the device", greedy_sessions, cpu, "llama3-tiny", NULL);
+        on_fixture("greedy on the device", greedy_sessions, cpu, "mixtral-tiny", NULL);
+        on_fixture("greedy on the device", greedy_sessions, cpu, "qwen2-moe-tiny", NULL);
+        on_fixture("sampling on the device", topk_sessions, cpu, "gpt2-tiny", NULL);
+        on_fixture("sampling on the device", topk_sessions, cpu, "llama-tiny", NULL);
+        on_fixture("sampling on the device", topk_sessions, cpu, "mixtral-tiny", NULL);
     }
-    test_bad_inputs(cpu);
-    test_broken(cpu);
-    test_memory_plan(cpu);
-    test_profiler(cpu, "flash");
-    test_profiler(cpu, "classic");
-    test_faults(cpu, "gpt2-tiny");
-    test_faults(cpu, "llama-tiny-bf16");
-    test_faults(cpu, "mixtral-tiny");
-    test_faults(cpu, "qwen2-moe-tiny");
-    test_cycles(cpu);
-    on_fixture("greedy on the device", greedy_sessions, cpu, "gpt2-tiny", NULL);
-    on_fixture("greedy on the device", greedy_sessions, cpu, "llama-tiny", NULL);
-    on_fixture("greedy on the device", greedy_sessions, cpu, "llama3-tiny", NULL);
-    on_fixture("greedy on the device", greedy_sessions, cpu, "mixtral-tiny", NULL);
-    on_fixture("greedy on the device", greedy_sessions, cpu, "qwen2-moe-tiny", NULL);
-    on_fixture("sampling on the device", topk_sessions, cpu, "gpt2-tiny", NULL);
-    on_fixture("sampling on the device", topk_sessions, cpu, "llama-tiny", NULL);
-    on_fixture("sampling on the device", topk_sessions, cpu, "mixtral-tiny", NULL);
     for (int i = 0; i < n_fixtures; i++) test_cuda(fixtures[i]);
     for (int a = 0; a < 2; a++) {
         test_cuda_graphs("gpt2-tiny", attns[a]);

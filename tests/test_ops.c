@@ -1,8 +1,11 @@
 // test_ops: every op x dtype x shape case on every available backend, against
 // a float64 reference (see harness.h for the harness and how to add a family).
 //
-//   test_ops [--filter SUBSTR] [--list] [--seed N] [--backend cpu|cuda] [-v]
+//   test_ops [--filter SUBSTR] [--list] [--seed N] [--backend cpu|cuda] [--skip-file FILE] [-v]
 //
+// --skip-file: lines "SUBSTR reason..." ('#' starts a comment): CUDA runs of
+// cases whose name contains SUBSTR are skipped, with the reason (the
+// emulator's list of cases too big to run on the CPU: tests/emu/skip.txt).
 // Prints one line per case and backend, then "N passed, N failed, N skipped".
 // Exit code: 0 when nothing failed, 1 on a failure (or no case matching the
 // filter), 2 when the harness itself broke.
@@ -44,13 +47,51 @@ static double now_s(void) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 static void usage(void) {
-    fprintf(stderr, "usage: test_ops [--filter SUBSTR] [--list] [--seed N] [--backend cpu|cuda] [-v]\n");
+    fprintf(stderr, "usage: test_ops [--filter SUBSTR] [--list] [--seed N] [--backend cpu|cuda] [--skip-file FILE] [-v]\n");
+}
+
+// The skip list of --skip-file: n entries of (substring, reason).
+typedef struct {
+    char sub[64][128], why[64][160];
+    int n;
+} skip_list;
+
+static bool skip_list_read(const char *path, skip_list *s) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "test_ops: cannot read the skip file %s\n", path);
+        return false;
+    }
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char sub[128] = "", why[160] = "";
+        if (sscanf(line, " %127s %159[^\n]", sub, why) < 1) continue;
+        if (s->n == 64) {
+            fprintf(stderr, "test_ops: more than 64 entries in %s\n", path);
+            fclose(f);
+            return false;
+        }
+        snprintf(s->sub[s->n], sizeof s->sub[0], "%s", sub);
+        snprintf(s->why[s->n], sizeof s->why[0], "%s", why[0] ? why : "in the skip file");
+        s->n++;
+    }
+    fclose(f);
+    return true;
+}
+
+static const char *skip_reason(const skip_list *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (strstr(name, s->sub[i])) return s->why[i];
+    return NULL;
 }
 
 int main(int argc, char **argv) {
     const char *filter = NULL, *only = NULL;
     bool list = false, verbose = false;
     uint64_t seed = 0;
+    static skip_list skips;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
             filter = argv[++i];
@@ -60,6 +101,8 @@ int main(int argc, char **argv) {
             seed = strtoull(argv[++i], NULL, 0);
         } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
             only = argv[++i];
+        } else if (strcmp(argv[i], "--skip-file") == 0 && i + 1 < argc) {
+            if (!skip_list_read(argv[++i], &skips)) return 2;
         } else if (strcmp(argv[i], "-v") == 0) {
             verbose = true;
         } else {
@@ -122,6 +165,12 @@ int main(int argc, char **argv) {
             if (!bes[b]) {
                 if (why_not[b] && strcmp(why_not[b], "not selected") == 0) continue;
                 printf("skip [%-4s] %s: skipped: %s\n", names[b], c->name, why_not[b]);
+                skipped++;
+                continue;
+            }
+            const char *why = b == 1 ? skip_reason(&skips, c->name) : NULL;
+            if (why) {
+                printf("skip [%-4s] %s: skipped: %s\n", names[b], c->name, why);
                 skipped++;
                 continue;
             }

@@ -39,13 +39,13 @@ template <int N, int K, typename T>
 __global__ void __launch_bounds__(256, 1) s_kernel(const uint16_t *q, const uint16_t *k, float *s) {
 #ifdef MF_SM90A_DEVICE
     using namespace sm90;
-    extern __shared__ uint8_t raw[];
+    MF_DYN_SHARED(uint8_t, raw);
     uint8_t *base = raw + (((smem_u32(raw) + 1023u) & ~1023u) - smem_u32(raw));
     const uint32_t sQ = smem_u32(base), sK = sQ + kRows * K * 2;
     uint64_t *full = reinterpret_cast<uint64_t *>(base + kRows * K * 2 + N * K * 2);
     if (threadIdx.x == 0) {
         mbar_init(full, 256);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ptx::fence_mbarrier_init();
     }
     __syncthreads();
     cp_async_panels<K, kRows, 256>(sQ, q, (int64_t)K, 0, kRows); // int64: the stride overload
@@ -82,13 +82,13 @@ __global__ void __launch_bounds__(256, 1) pv_kernel(const float *p, const uint16
 #ifdef MF_SM90A_DEVICE
     using namespace sm90;
     constexpr int kDt = std::is_same<T, __nv_bfloat16>::value ? MF_DTYPE_BF16 : MF_DTYPE_F16;
-    extern __shared__ uint8_t raw[];
+    MF_DYN_SHARED(uint8_t, raw);
     uint8_t *base = raw + (((smem_u32(raw) + 1023u) & ~1023u) - smem_u32(raw));
     const uint32_t sV = smem_u32(base);
     uint64_t *full = reinterpret_cast<uint64_t *>(base + BN * D * 2);
     if (threadIdx.x == 0) {
         mbar_init(full, 256);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ptx::fence_mbarrier_init();
     }
     __syncthreads();
     cp_async_panels<D, BN, 256>(sV, v, (int64_t)D, 0, BN);
@@ -169,12 +169,12 @@ void compare(const char *name, const std::vector<float> &got, const std::vector<
     }
 }
 
-// kern<<<1, 256, smem>>>(args...), then its f32 output (want.size() values at
+// MF_LAUNCH(kern, 1, 256, smem, 0, args...), then its f32 output (want.size() values at
 // out) against want, bit for bit.
 template <typename Kern, typename... A>
 void launch_check(const char *name, Kern kern, int smem, float *out, const std::vector<double> &want, A... args) {
     if (!cuda_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), name)) return;
-    kern<<<1, 256, smem>>>(args...);
+    MF_LAUNCH(kern, 1, 256, smem, 0, args...);
     std::vector<float> got(want.size());
     if (cuda_ok(cudaDeviceSynchronize(), name) &&
         cuda_ok(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost), name))

@@ -1,7 +1,7 @@
 // `minfer bench gemv`: decode GEMMs (m = 1..8 rows, x (m, k) @ W^T with W a
 // torch Linear weight (n, k), bf16) timed on both CUDA paths in one run:
 // cuBLASLt (the default) and our skinny GEMM (the "gemv" path of
-// src/cuda/gemv.cu, turned on for its half of the run). Each timed call starts
+// src/cuda/gemm/gemv.cu, turned on for its half of the run). Each timed call starts
 // with L2 flushed (mf_bench_sample), so the weight streams from device memory,
 // as in a decode step whose weights (GBs) never fit in L2. Reported: median
 // microseconds, GB/s of weight bytes (n * k * 2; the activations and c are
@@ -237,7 +237,7 @@ static int gv_run(void *opts) {
         }
     return mf_bench_end(&b, st, &o->com,
                         b.cuda ? "GB/s = weight bytes (n k 2) / time; lt = cuBLASLt (default path), gemv = "
-                                 "src/cuda/gemv.cu"
+                                 "src/cuda/gemm/gemv.cu"
                                : "GB/s = weight bytes (n k 2) / time; CPU: mf_gemm only (no gemv path)");
 }
 

@@ -150,6 +150,10 @@ int mf_cmd_generate(int argc, char **argv) {
             (double)sess_bytes / 1e6, mf_backend_name(be), info.arch, mf_finish_reason_str(r.seqs[0].finish),
             (long long)st->device_picks, (long long)st->generated_tokens,
             o.sp.temperature == 0.0f || o.sp.top_k == 1 ? "argmax" : "top-k candidates", (long long)st->logit_reads);
+    mf_session_stats ss;
+    if (!strcmp(mf_backend_name(be), "cuda") && mf_session_get_stats(s, &ss) == MF_OK) // tests/emu/generate_cli.sh reads it
+        fprintf(stderr, "minfer: decode graphs: %lld recorded, %lld replayed%s%s\n", (long long)ss.graphs_recorded,
+                (long long)ss.graphs_replayed, ss.graphs_off[0] ? "; off: " : "", ss.graphs_off);
     rc = 0;
 done:
     mf_generate_result_free(&r);

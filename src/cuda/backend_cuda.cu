@@ -47,6 +47,7 @@ static void ctx_release(mf_cuda_ctx *c) {
     mf_cuda_softmax_release(c);
     if (c->lt) cublasLtDestroy(c->lt);
     mf_cuda_moe_release(c);
+    mf_cuda_attention_release(c);
     if (c->workspace) cudaFree(c->workspace);
     if (c->err_count) cudaFree(c->err_count);
     if (c->err_host) cudaFreeHost(c->err_host);
@@ -293,6 +294,12 @@ extern "C" const char *mf_backend_cuda_info(void) {
     } else {
         snprintf(buf, sizeof buf, "cuda %d.%d runtime, %s, %d device(s)", rt / 1000, rt % 1000 / 10, drv_s, n);
     }
+#ifdef MF_EMU_RUNTIME // src/cuda/emu: the kernels run on the CPU
+    cudaDeviceProp prop;
+    if (e == cudaSuccess && n > 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        snprintf(buf, sizeof buf, "cuda (emulated on the CPU): compute capability %d.%d, %d SMs", prop.major,
+                 prop.minor, prop.multiProcessorCount);
+#endif
     return buf;
 }
 

@@ -14,11 +14,18 @@
 
 #include "backend.h"
 #include "core/error.h"
+#include "cuda/portable.cuh"
+#include "cuda/ptx.cuh"
 
 // ---- the backend context --------------------------------------------------------
 
-struct mf_cuda_gemm_state;     // gemm.cu: the cuBLASLt plan cache and f32 scratch
-struct mf_cuda_softmax_launch; // softmax.cu: occupancy and device limits, asked once
+// Each op family keeps what it caches per backend (plans, device limits,
+// handles, how its last call ran) in one state of its own, made by its first
+// use and freed by its mf_cuda_<family>_release at backend teardown.
+struct mf_cuda_gemm_state;      // gemm/gemm.cu: the cuBLASLt plan cache and f32 scratch
+struct mf_cuda_softmax_state;   // softmax/softmax.cuh: occupancy and device limits, asked once
+struct mf_cuda_attention_state; // attention/attention.cuh: the last path, whether the sm_90a kernel runs
+struct mf_cuda_moe_state;       // moe/moe.cuh: the cuBLAS handle, the last experts path, whether sm_90a runs
 
 struct mf_cuda_ctx {
     int device;               // ordinal current when the backend was created; ops run there
@@ -37,13 +44,11 @@ struct mf_cuda_ctx {
     cudaStream_t capture_prev;// the stream graph_begin replaced (restored by graph_end)
     bool capturing;           // between graph_begin and graph_end
     bool fatal;               // a queued kernel faulted: the CUDA context is unusable (sync, copy, set_stream refuse)
-    mf_cuda_gemm_state *gemm;        // created by the first GEMM; freed by mf_cuda_gemm_release
-    mf_cuda_softmax_launch *softmax; // created by the first softmax; freed by mf_cuda_softmax_release
-    void *cublas;             // cublasHandle_t for MoE's grouped GEMM, created on first use (moe.cu)
-    const char *moe_path;     // how the last moe_experts ran: "decode" | "wgmma" | "loop" | "grouped" (moe.cu); NULL before
-    int moe_sm90;             // the sm_90a grouped GEMM runs here: 1 yes, -1 no, 0 not asked yet (moe_gemm.cu)
-    const char *attn_path;    // how the last attention ran: "decode" | "wgmma" | "prefill" | "fallback"; NULL before
-    int attn_sm90;            // the sm_90a prefill attention runs here: 1 yes, -1 no, 0 not asked yet
+    // The families' states (NULL until their first use).
+    mf_cuda_gemm_state *gemm;
+    mf_cuda_softmax_state *softmax;
+    mf_cuda_attention_state *attention;
+    mf_cuda_moe_state *moe;
 };
 
 // Slots of mf_cuda_ctx::err_count: one counter per kind of device-side error.
@@ -106,20 +111,24 @@ static inline bool mf_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 
 
 extern "C" {
 // src/op_list.h's every op (MF_OPS and MF_OPS_OPTIONAL), each in its op
-// family's file: <op>.cu (add_norm: norm.cu, copy_tensor: copy.cu, moe_*: moe.cu)
+// family's folder: attention/ (attention, kv_write), softmax/, gemm/, moe/
+// (router, permute, combine, experts), elementwise/ (add, act, rope, embed,
+// copy_tensor: copy.cu, add_norm: norm.cu), select/ (argmax, topk)
 #define MF_CUDA_OP(entry, args_t, name) mf_status mf_cuda_##entry(mf_backend *be, const args_t *args);
 MF_OPS(MF_CUDA_OP)
 MF_OPS_OPTIONAL(MF_CUDA_OP)
 #undef MF_CUDA_OP
-mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes); // attention.cu
-bool mf_cuda_moe_experts_capturable(mf_backend *be, const mf_moe_experts_args *args);               // moe.cu
+mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attention_args *args, size_t *bytes); // attention/attention.cu
+bool mf_cuda_moe_experts_capturable(mf_backend *be, const mf_moe_experts_args *args);               // moe/experts.cu
 mf_status mf_cuda_graph_begin(mf_backend *be);                         // graph.cu
 mf_status mf_cuda_graph_end(mf_backend *be, void **graph);
 mf_status mf_cuda_graph_launch(mf_backend *be, void *graph);
 void mf_cuda_graph_free(mf_backend *be, void *graph);
-void mf_cuda_gemm_release(mf_cuda_ctx *ctx);    // gemm.cu: plans and scratch (backend teardown)
-void mf_cuda_softmax_release(mf_cuda_ctx *ctx); // softmax.cu: launch cache (backend teardown)
-void mf_cuda_moe_release(mf_cuda_ctx *c);       // moe.cu: frees c->cublas
+// The families' state releases (backend teardown); each sets its pointer to NULL.
+void mf_cuda_gemm_release(mf_cuda_ctx *ctx);      // gemm/gemm.cu: plans and scratch (before the cuBLASLt handle goes)
+void mf_cuda_softmax_release(mf_cuda_ctx *ctx);   // softmax/softmax.cu
+void mf_cuda_attention_release(mf_cuda_ctx *ctx); // attention/attention.cu
+void mf_cuda_moe_release(mf_cuda_ctx *ctx);       // moe/experts.cu: the cuBLAS handle
 }
 
 // ---- device helpers -------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // Internal: what tests and benchmarks may ask the CUDA backend about how it
 // ran (which kernel, whether the sm_90a code runs on this device) and the
 // switches they may flip. Not part of the public API; declared only when the
-// build has the CUDA backend. Plain C (implemented in src/cuda/*.cu).
+// build has the CUDA backend. Plain C (implemented in src/cuda/<family>/*.cu).
 #ifndef MF_CUDA_QUERY_H
 #define MF_CUDA_QUERY_H
 
@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-// ---- gemm.cu ----
+// ---- gemm/ ----
 // How the backend's last mf_gemm call ran (every path rounds c once, from f32):
 //   "plain"      no epilogue: cuBLASLt alone
 //   "fused"      cuBLASLt with its bias / GELU epilogue
@@ -25,7 +25,7 @@ extern "C" {
 //                into an f32 scratch, a small kernel adds beta c + bias, GELU,
 //                and stores c once
 //   "k0"         k == 0: only the small kernel (act(beta c + bias))
-//   "gemv"       our skinny GEMM (src/cuda/gemv.cu) for m = 1..8 rows with a
+//   "gemv"       our skinny GEMM (src/cuda/gemm/gemv.cu) for m = 1..8 rows with a
 //                torch Linear weight as b; only when the gemv path is on
 // "" before the first call. The string is static.
 const char *mf_cuda_gemm_last_path(mf_backend *be);
@@ -38,7 +38,7 @@ typedef struct {
 } mf_cuda_gemm_cache_stats;
 void mf_cuda_gemm_cache_stats_of(mf_backend *be, mf_cuda_gemm_cache_stats *out);
 
-// The "gemv" path (src/cuda/gemv.cu) is off by default until a GPU run has
+// The "gemv" path (src/cuda/gemm/gemv.cu) is off by default until a GPU run has
 // measured it against cuBLASLt; MINFER_GEMV=1 in the environment when the
 // backend's first GEMM runs turns it on. This overrides that, for tests and
 // `minfer bench gemv`. Cached plans remember whether it was on.
@@ -49,7 +49,7 @@ bool mf_cuda_gemm_gemv_on(mf_backend *be);
 // cache existed) or back on; for `minfer bench gemm-host`. Entries are kept.
 void mf_cuda_gemm_cache_enable(mf_backend *be, bool on);
 
-// ---- softmax.cu ----
+// ---- softmax/ ----
 // The kernel variant mf_softmax would run for these validated arguments
 // ("rows", "cluster", "online", "split", "generic"), or NULL with the reason
 // in mf_last_error() when unsupported.
@@ -60,7 +60,7 @@ const char *mf_cuda_softmax_variant(mf_backend *be, const mf_softmax_args *args)
 // keys; *cc (if not NULL) gets the compute capability as 10 major + minor.
 int mf_cuda_softmax_clusters(mf_backend *be, int bias_along_keys, int *cc);
 
-// ---- attention.cu ----
+// ---- attention/ ----
 // How the last mf_attention ran: "decode" (split-KV), "wgmma" (sm_90a
 // prefill, MINFER_ATTN=wgmma), "prefill" (mma.sync FlashAttention-2),
 // "fallback" (CUDA cores); "" before the first call or when there were no rows.
@@ -70,7 +70,7 @@ const char *mf_cuda_attn_last_path(mf_backend *be);
 // NULL) gets the compute capability as 10 major + minor.
 int mf_cuda_attn_sm90(mf_backend *be, int *cc);
 
-// ---- moe.cu ----
+// ---- moe/ ----
 // How the last mf_moe_experts (or mf_moe) ran its expert FFNs: "decode" (the
 // device-routed kernels), "loop" (the generic per-expert loop of
 // src/ops/moe.c, offsets read back), "wgmma" (our sm_90a grouped GEMMs,

@@ -28,10 +28,15 @@
 #define MF_PTX_SM90 0
 #endif
 
-// The caller's source location, for the emulator's reports (nothing under nvcc).
+// The caller's source location, for the emulator's reports (nothing under
+// nvcc). A helper that wraps ops declares MF_PTX_LOC (MF_PTX_LOC1 as its only
+// parameter) too and passes it on with MF_PTX_AT (MF_PTX_AT1), so that a
+// report names the line that called the helper.
 #ifdef MF_CUDA_EMU
 #define MF_PTX_LOC , ::mf_emu::Loc loc = ::mf_emu::Loc::here()
 #define MF_PTX_LOC1 ::mf_emu::Loc loc = ::mf_emu::Loc::here()
+#define MF_PTX_AT , loc
+#define MF_PTX_AT1 loc
 #ifdef MF_EMU_TSAN
 // ThreadSanitizer sees accesses made in the kernel thread's own code; the
 // emulator's own (in src/cuda/emu/) are not instrumented.
@@ -53,6 +58,8 @@
 #else
 #define MF_PTX_LOC
 #define MF_PTX_LOC1
+#define MF_PTX_AT
+#define MF_PTX_AT1
 #endif
 
 namespace ptx {

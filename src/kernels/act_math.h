@@ -1,5 +1,5 @@
 // Internal: the activation functions of mf_act in f32, one definition for
-// src/cpu/act.c and src/cuda/act.cu (plain C, also compiled as CUDA C++ for
+// src/cpu/act.c and src/cuda/elementwise/act.cu (plain C, also compiled as CUDA C++ for
 // host and device). Written to stay finite and accurate for any finite x:
 //   sigmoid(v) = 1 / (1 + e) for v >= 0, e / (1 + e) for v < 0, e = exp(-|v|)
 //                (exp never overflows; silu(-1e4) = -1e4 * 0 = -0, not NaN);

@@ -1,5 +1,5 @@
 // Internal: the geometry of an mf_copy call, shared by src/cpu/copy.c and
-// src/cuda/copy.cu. Dims of size 1 are dropped and neighbouring dims that are
+// src/cuda/elementwise/copy.cu. Dims of size 1 are dropped and neighbouring dims that are
 // contiguous with each other in both src and dst are merged, so that e.g. a
 // KV-cache write of a (T, KVH, D) block becomes T rows of KVH * D elements and
 // a contiguous copy becomes one row. Dims keep their order (the last is the

@@ -1,5 +1,5 @@
 // Internal: a matrix view's last two dims in BLAS terms, for src/ops/gemm.c
-// (validation) and both GEMM backends (src/cpu/gemm.c, src/cuda/gemm.cu).
+// (validation) and both GEMM backends (src/cpu/gemm.c, src/cuda/gemm/gemm.cu).
 // Plain C, also compiled as CUDA C++ (host side).
 #ifndef MF_KERNELS_MAT_LAYOUT_H
 #define MF_KERNELS_MAT_LAYOUT_H

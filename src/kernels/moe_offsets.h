@@ -1,6 +1,6 @@
 // Internal: the check of mf_moe_experts' E + 1 expert row offsets once they
 // are on the host (given as host_offsets, or read back), shared by
-// src/ops/moe.c and the CUDA backend's grouped path (src/cuda/moe.cu).
+// src/ops/moe.c and the CUDA backend's grouped path (src/cuda/moe/).
 #ifndef MF_KERNELS_MOE_OFFSETS_H
 #define MF_KERNELS_MOE_OFFSETS_H
 

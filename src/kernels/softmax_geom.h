@@ -1,5 +1,5 @@
 // Internal: the geometry of an mf_softmax call, shared by src/ops/softmax.c
-// (validation), src/cpu/softmax.c and src/cuda/softmax.cu (kernels).
+// (validation), src/cpu/softmax.c and src/cuda/softmax/softmax.cu (kernels).
 // A 2-D (rows, cols) call is seen as batch = heads = 1, q_len = rows.
 // Row r of the batch*heads*q_len rows is (b, h, i) with
 //   r = (b * heads + h) * q_len + i,   its element j at  b*s[0] + h*s[1] + i*s[2] + j.

@@ -1,7 +1,7 @@
 """Desk-check of the sm_90a prefill attention's shared-memory layout and
 wgmma operand math on the CPU (no GPU here).
 
-src/cuda/attn_prefill_sm90.cu stores Q, K and V as 64-column panels of
+src/cuda/attention/attn_prefill_sm90.cu stores Q, K and V as 64-column panels of
 128-byte rows with the 128-byte swizzle (panel_off in src/cuda/sm90.cuh), then hands wgmma
 shared-memory descriptors (desc_k, desc_mn in src/cuda/sm90.cuh) and, for
 O += P V, an A fragment re-packed from the S accumulators. This file models,

@@ -1,7 +1,7 @@
 """Desk-check of the CUDA attention kernels' index math on the CPU (no GPU here).
 
-A line-by-line model in numpy of what src/cuda/attn_prefill.cu and
-src/cuda/attn_decode.cu decide per block: the key-tile range [t_lo, t_hi),
+A line-by-line model in numpy of what src/cuda/attention/attn_prefill.cu and
+src/cuda/attention/attn_decode.cu decide per block: the key-tile range [t_lo, t_hi),
 which tiles take the mask ("edge"), the online softmax in the exp2 domain
 (m_use for blind rows), the split-KV chunking and the log-sum-exp combine.
 It checks that (1) every visible key is inside a visited tile, (2) every

@@ -1,7 +1,9 @@
 """The serving engine through the binding (minfer.Model, minfer.Engine) on
-the default model, on the CPU: requests added while others run give what
-they give alone, abort frees the pool, the prefix cache serves a repeated
-prompt, logprobs are log-probabilities, bad requests raise naming the value."""
+the default model, on the CPU and on CUDA (skipped without a device; the
+kernel emulator's build runs them: MINFER_LIB=build-emu/libminfer.so, .ci/run):
+requests added while others run give what they give alone, abort frees the
+pool, the prefix cache serves a repeated prompt, logprobs are
+log-probabilities, bad requests raise naming the value."""
 
 import math
 from pathlib import Path
@@ -13,9 +15,11 @@ import minfer
 MODEL = Path(__file__).resolve().parents[2] / "models" / "minfer-kjv-3m"
 
 
-@pytest.fixture(scope="module")
-def model():
-    m = minfer.Model(MODEL)
+@pytest.fixture(scope="module", params=["cpu", "cuda"])
+def model(request):
+    if request.param == "cuda" and not minfer.cuda_available():
+        pytest.skip("no CUDA device")
+    m = minfer.Model(MODEL, backend=request.param)
     yield m
     m.close()
 

@@ -472,10 +472,16 @@ const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 
+// MF_EMU_DEVICES=0: the machine has no device, as without a GPU (a CPU-only
+// test pass in an emulation build); anything else: one.
 cudaError_t cudaGetDeviceCount(int *count) {
     if (!count) return ret(cudaErrorInvalidValue);
-    *count = 1;
-    return cudaSuccess;
+    static const bool none = [] {
+        const char *s = getenv("MF_EMU_DEVICES");
+        return s && !strcmp(s, "0");
+    }();
+    *count = none ? 0 : 1;
+    return none ? ret(cudaErrorNoDevice) : cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *dev) {

@@ -1,5 +1,5 @@
 // CPU emulator of the CUDA backend (src/cuda/emu/): the cuBLASLt calls
-// src/cuda/gemm.cu makes. Descriptors are checked as the library checks
+// src/cuda/gemm/gemm.cu makes. Descriptors are checked as the library checks
 // them (shapes against the ops, leading dimensions, batch counts, data and
 // compute types, epilogue and bias, alignments the heuristic was promised,
 // workspace); cublasLtMatmul queues a reference GEMM with the same epilogue

@@ -255,6 +255,10 @@ template <class T> inline void __stwt(T *p, T v) { *p = v; }
 
 // ---- the runtime's C++ templates -----------------------------------------------------------------------
 
+template <class T> inline cudaError_t cudaMalloc(T **ptr, size_t size) {
+    return ::cudaMalloc(reinterpret_cast<void **>(ptr), size);
+}
+
 template <class T> inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int value) {
     return ::cudaFuncSetAttribute(reinterpret_cast<const void *>(entry), attr, value);
 }

@@ -42,7 +42,7 @@
 #include <cuda.h>         // CUtensorMap (types only: the encoder is fetched at run time)
 #include <cudaTypedefs.h> // PFN_cuTensorMapEncodeTiled
 
-#include "cuda/moe_gemm.cuh"
+#include "cuda/moe/moe.cuh"
 #include "cuda/sm90.cuh"
 #include "kernels/act_math.h"
 
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb,
                          const GemmParams p) {
 #ifdef MF_SM90A_DEVICE
-    extern __shared__ uint8_t smem_raw[];
+    MF_DYN_SHARED(uint8_t, smem_raw);
     // The swizzle pattern follows shared-memory address bits 4-9: align the ring's shared address to 1024.
     uint8_t *ring = smem_raw + (((smem_u32(smem_raw) + 1023u) & ~1023u) - smem_u32(smem_raw));
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + kStages * kStage); // TMA bytes landed (1 arrival + tx)
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
         cum[0] = 0;
         for (int s = 0; s < kStages; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], 2);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); // inits visible to the TMA unit
+        ptx::fence_mbarrier_init(); // inits visible to the TMA unit
     }
     __syncthreads();
     if (tid < 32) { // lane l scans experts [8 l, 8 l + 8): cum[1..E] becomes inclusive
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid < 128) {
         // Producer: one thread walks the same tiles as the consumers and keeps
         // the ring full; the other 127 threads have nothing to do.
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        ptx::setmaxnreg_dec<40>();
         if (tid == 0) {
             int s = 0;
             uint32_t ph = 0;
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
         // Consumers: warpgroup g (0, 1) computes rows [64 g, 64 g + 64) of the
         // tile against both B halves.
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        ptx::setmaxnreg_inc<232>();
         const int g = tid / 128 - 1, lane = tid & 31, warp = (tid >> 5) & 3;
         const bool leader = (tid & 127) == 0;
         float acc0[64], acc1[64]; // B half 0 / 1: column 8 j + 2 (lane % 4) + {0, 1}, row + {0, 8}
@@ -330,16 +330,16 @@ mf_status launch(mf_cuda_ctx *c, int dt, const void *a, int64_t lda, int64_t row
         dt == MF_DTYPE_BF16 ? moe_gemm_sm90_kernel<__nv_bfloat16> : moe_gemm_sm90_kernel<__half>;
     // Every SM: blocks past the last tile return at once (the tile count is
     // known only on the device).
-    kernel<<<(unsigned)c->sm_count, kThreads, kSmem, c->stream>>>(ta, tb, p);
+    MF_LAUNCH(kernel, (unsigned)c->sm_count, kThreads, kSmem, c->stream, ta, tb, p);
     MF_CUDA_CHECK_LAUNCH("moe_gemm_sm90_kernel");
     return MF_OK;
 }
 
 } // namespace
 
-bool mf_moe_sm90_available(mf_cuda_ctx *c) {
-    if (c->moe_sm90 != 0) return c->moe_sm90 > 0;
-    c->moe_sm90 = -1;
+namespace {
+
+bool sm90_probe(mf_cuda_ctx *c) {
 #ifdef MF_CUDA_SM90A
     if (c->cc_major != 9 || c->cc_minor != 0 || !encoder()) return false;
     int optin = 0;
@@ -359,11 +359,22 @@ bool mf_moe_sm90_available(mf_cuda_ctx *c) {
             return false;
         }
     }
-    c->moe_sm90 = 1;
     return true;
 #else
+    (void)c;
     return false;
 #endif
+}
+
+} // namespace
+
+// Asked once per backend (answered again, uncached, if its state cannot be made).
+bool mf_moe_sm90_available(mf_cuda_ctx *c) {
+    mf_cuda_moe_state *s = mf_cuda_moe_state_of(c);
+    if (s && s->sm90 != 0) return s->sm90 > 0;
+    const bool ok = sm90_probe(c);
+    if (s) s->sm90 = ok ? 1 : -1;
+    return ok;
 }
 
 bool mf_moe_sm90_fits(mf_cuda_ctx *c, const mf_moe_experts_args *p) {

@@ -111,12 +111,15 @@ __device__ __forceinline__ void select_bin(const uint32_t *hist, int nbins, uint
 //   then a bitonic sort of the (key, ~index) pairs, largest first, and the
 //   outputs. Shared memory: 8 KiB histogram + 8 KiB candidates.
 __global__ void __launch_bounds__(kTopkThreads, 1) topk_kernel(TopkParams p) {
-    __shared__ uint32_t hist[kBins];
-    __shared__ unsigned long long cand[kTopkThreads];
-    __shared__ uint32_t scan[32];
-    __shared__ double red[32];
-    __shared__ uint32_t s_bin, s_above, s_max, s_count;
-    __shared__ int s_bad;
+    MF_SHARED(uint32_t, hist, [kBins]);
+    MF_SHARED(unsigned long long, cand, [kTopkThreads]);
+    MF_SHARED(uint32_t, scan, [32]);
+    MF_SHARED(double, red, [32]);
+    MF_SHARED(uint32_t, s_bin);
+    MF_SHARED(uint32_t, s_above);
+    MF_SHARED(uint32_t, s_max);
+    MF_SHARED(uint32_t, s_count);
+    MF_SHARED(int, s_bad);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
 
     for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
@@ -279,7 +282,7 @@ extern "C" mf_status mf_cuda_topk(mf_backend *be, const mf_topk_args *a) {
     p.k = a->k, p.scale = a->scale;
     const int64_t es = (int64_t)mf_dtype_size(a->x.dtype);
     p.vec = mf_aligned16(p.x) && (p.rows == 1 || (p.rs * es) % 16 == 0);
-    topk_kernel<<<mf_cuda_grid(c, p.rows), kTopkThreads, 0, c->stream>>>(p);
+    MF_LAUNCH(topk_kernel, mf_cuda_grid(c, p.rows), kTopkThreads, 0, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("topk");
     return MF_OK;
 }

@@ -16,7 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/attention.cuh"
+#include "core/alloc.h"
+#include "cuda/attention/attention.cuh"
 #include "cuda/cuda_query.h"
 
 namespace {
@@ -187,15 +188,34 @@ Path pick(mf_cuda_ctx *c, const AttnParams &p) {
 
 } // namespace
 
+mf_cuda_attention_state *mf_cuda_attention_state_of(mf_cuda_ctx *c) {
+    if (!c->attention) {
+        c->attention = static_cast<mf_cuda_attention_state *>(mf_calloc(1, sizeof *c->attention));
+        if (!c->attention) {
+            mf_fail(MF_ERR_OOM, "attention: out of host memory (%zu bytes of backend state)", sizeof *c->attention);
+            return nullptr;
+        }
+        c->attention->path = "";
+    }
+    return c->attention;
+}
+
+extern "C" void mf_cuda_attention_release(mf_cuda_ctx *c) {
+    free(c->attention);
+    c->attention = nullptr;
+}
+
 mf_status mf_cuda_attn_fallback(mf_cuda_ctx *c, const AttnParams &p) {
     const dim3 grid((unsigned)max(1, p.max_q_len), (unsigned)((p.n_heads + kFbWarps - 1) / kFbWarps), (unsigned)p.batch);
-    attn_fallback_kernel<<<grid, kFbWarps * 32, 0, c->stream>>>(p);
+    MF_LAUNCH(attn_fallback_kernel, grid, kFbWarps * 32, 0, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("attn_fallback");
     return MF_OK;
 }
 
 extern "C" mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *a) {
     mf_cuda_ctx *c = mf_cuda_ctx_of(be);
+    mf_cuda_attention_state *st = mf_cuda_attention_state_of(c);
+    if (!st) return MF_ERR_OOM;
     AttnParams p;
     MF_TRY(make_params(c, a, &p));
     if (p.head_dim > kFbMaxD)
@@ -206,7 +226,7 @@ extern "C" mf_status mf_cuda_attention(mf_backend *be, const mf_attention_args *
                        p.batch, p.n_heads);
     mf_status s = MF_OK;
     const Path path = pick(c, p);
-    c->attn_path = kPathNames[path];
+    st->path = kPathNames[path];
     // Device lengths: the next sync reads the counter, even if a later launch
     // of this call fails (a kernel queued before it may have counted).
     if (path != kPathNone && p.mode != kModeFixed) c->err_pending = true;
@@ -231,8 +251,8 @@ extern "C" mf_status mf_cuda_attention_workspace(mf_backend *be, const mf_attent
 }
 
 extern "C" const char *mf_cuda_attn_last_path(mf_backend *be) {
-    const char *p = mf_cuda_ctx_of(be)->attn_path;
-    return p ? p : "";
+    const mf_cuda_attention_state *s = mf_cuda_ctx_of(be)->attention;
+    return s ? s->path : "";
 }
 
 extern "C" int mf_cuda_attn_sm90(mf_backend *be, int *cc) {

@@ -6,17 +6,13 @@
 //
 // Shapes and work split (gemv_kernel):
 //   a: (m, k) rows at a + i * lda;  w: (n, k) rows at w + j * ldw;  c: (m, n).
-//   A warp owns kCols consecutive output columns j (weight rows). Lane l reads the
-//   16-byte chunks l, l + 32, ... of each of its weight rows (8 elements each,
-//   coalesced: the warp covers 512 contiguous bytes of a row per load), kUnroll
-//   chunks per row per iteration, so kCols * kUnroll independent 16-byte loads are
-//   in flight per lane before the first FMA. The matching chunk of each of the m
-//   activation rows is loaded once per iteration (L1/L2-resident: m * k * 2 bytes,
-//   at most 176 KB, shared by every warp) and used for all kCols columns.
-//   Accumulators: acc[row][col] f32 in registers (kMaxRows x kCols = 32 = one per
-//   lane after the reduction); a butterfly shuffle gives every lane every sum and
-//   lane row * kCols + col stores its own (i, j).
-//   Blocks: kWarps warps = kWarps * kCols columns along x; along y, K-splits.
+//   A warp owns kMfSkinnyCols = 4 consecutive output columns j (weight rows) and
+//   computes their dot products with the m activation rows by mf_skinny_dot
+//   (skinny_dot.cuh, shared with the MoE decode kernels: 16 independent 16-byte
+//   weight loads in flight per lane, each activation chunk loaded once per
+//   iteration for all 4 columns, f32 accumulators, lane row * 4 + col ends up
+//   holding (i, j)).
+//   Blocks: kWarps warps = kWarps * 4 columns along x; along y, K-splits.
 //   Split-K is used only when the columns alone give fewer than
 //   kBlocksPerSmTarget blocks per SM (GPT-2's n = 768, k = 3072: 48 blocks on 132
 //   SMs, 3 splits; k = 768 is one iteration and is not split):
@@ -27,45 +23,24 @@
 //   v = alpha * sum; v += beta * c (only if beta != 0); v += bias_j; GELU; store.
 // Dtypes are run-time arguments (uniform branches), one compiled body: m is a run-time
 // bound too (rows >= m are predicated off), so there is one instantiation.
-#include "cuda/gemv.cuh"
+#include "cuda/gemm/gemv.cuh"
+#include "cuda/gemm/skinny_dot.cuh"
 
 namespace {
 
 constexpr int kWarps = 4;                      // warps per block
 constexpr int kThreads = kWarps * 32;
-constexpr int kCols = 4;                       // output columns (weight rows) per warp
-constexpr int kUnroll = 4;                     // 16-byte chunks per weight row per iteration
+constexpr int kCols = kMfSkinnyCols;           // output columns (weight rows) per warp
 constexpr int kChunk = 8;                      // f16/bf16 elements per 16-byte load
-constexpr int kWarpStep = 32 * kChunk;         // k elements one load instruction covers per row
-constexpr int kIterK = kWarpStep * kUnroll;    // k elements per warp iteration
+constexpr int kIterK = 32 * kChunk * kMfSkinnyUnroll; // k elements per warp iteration
 constexpr int kColsPerBlock = kWarps * kCols;
 constexpr int kBlocksPerSmTarget = 2;          // below this many column blocks per SM, split k (a guess: tune on the GPU)
 constexpr int kMaxSplits = 16;
 constexpr int kMinIterPerSplit = 1;            // each split streams at least this many iterations (kIterK) of k per row
 constexpr int kFinishThreads = 256;
 
-static_assert(kMfGemvMaxRows * kCols == 32, "after the reduction each lane stores exactly one (row, col)");
+static_assert(kMfGemvMaxRows == kMfSkinnyRows, "the skinny dot product takes up to 8 rows");
 static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
-static_assert(kChunk * 2 == 16, "one 16-byte load = 8 f16/bf16 elements");
-static_assert(kMfVec == kChunk, "common.cuh's 8-element vectors match the chunk");
-
-// 8 f16/bf16 values of a 16-byte chunk as f32.
-__device__ __forceinline__ void unpack8(const uint4 &u, int dt, float (&v)[kChunk]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 f = mf_unpack2(w[j], dt);
-        v[2 * j] = f.x, v[2 * j + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ float dot8(const uint4 &wu, int dt, const float (&x)[kChunk], float acc) {
-    float w[kChunk];
-    unpack8(wu, dt, w);
-#pragma unroll
-    for (int e = 0; e < kChunk; e++) acc = fmaf(w[e], x[e], acc);
-    return acc;
-}
 
 __device__ __forceinline__ float epilogue(const MfGemvArgs &g, int64_t i, int64_t j, float sum) {
     float v = g.alpha * sum;
@@ -86,53 +61,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(MfGemvArgs g, int64_t k_
     const int m = (int)g.m;
 
     // Columns past n read row n - 1 (valid memory, results dropped): the loads stay unconditional.
-    const uint16_t *wrow[kCols];
+    const char *wrow[kCols];
 #pragma unroll
     for (int c = 0; c < kCols; c++)
-        wrow[c] = static_cast<const uint16_t *>(g.w) + min(col0 + c, g.n - 1) * g.ldw;
-    const uint16_t *a = static_cast<const uint16_t *>(g.a);
-
-    float acc[kMfGemvMaxRows][kCols];
-#pragma unroll
-    for (int r = 0; r < kMfGemvMaxRows; r++)
-#pragma unroll
-        for (int c = 0; c < kCols; c++) acc[r][c] = 0.0f;
-
-    for (int64_t kk = k0 + (int64_t)lane * kChunk; kk < k1; kk += kIterK) {
-        uint4 w[kUnroll][kCols];
-#pragma unroll
-        for (int u = 0; u < kUnroll; u++) {
-            const int64_t e = kk + (int64_t)u * kWarpStep;
-#pragma unroll
-            for (int c = 0; c < kCols; c++)
-                w[u][c] = e < k1 ? __ldcs(reinterpret_cast<const uint4 *>(wrow[c] + e)) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; u++) {
-            const int64_t e = kk + (int64_t)u * kWarpStep;
-            if (e >= k1) break;
-#pragma unroll
-            for (int r = 0; r < kMfGemvMaxRows; r++) {
-                if (r >= m) break;
-                float x[kChunk];
-                unpack8(__ldg(reinterpret_cast<const uint4 *>(a + r * g.lda + e)), g.ab_dt, x);
-#pragma unroll
-                for (int c = 0; c < kCols; c++) acc[r][c] = dot8(w[u][c], g.ab_dt, x, acc[r][c]);
-            }
-        }
-    }
-
-    // Every lane gets every sum; lane r * kCols + c keeps (r, c).
-    float mine = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kMfGemvMaxRows; r++) {
-        if (r >= m) break;
-#pragma unroll
-        for (int c = 0; c < kCols; c++) {
-            const float s = mf_warp_sum(acc[r][c]);
-            if (lane == r * kCols + c) mine = s;
-        }
-    }
+        wrow[c] = static_cast<const char *>(g.w) + min(col0 + c, g.n - 1) * g.ldw * 2;
+    const float mine = mf_skinny_dot<kChunk>(wrow, static_cast<const char *>(g.a), g.lda, m, k0, k1, g.ab_dt);
     const int r = lane / kCols;
     const int64_t j = col0 + lane % kCols;
     if (r >= m || j >= g.n) return;
@@ -186,11 +119,10 @@ int mf_gemv_splits(const mf_cuda_ctx *ctx, const MfGemvArgs &g) {
 
 mf_status mf_gemv_launch(mf_cuda_ctx *ctx, const MfGemvArgs &g, int splits, float *partial) {
     const dim3 grid((unsigned)((g.n + kColsPerBlock - 1) / kColsPerBlock), (unsigned)splits);
-    gemv_kernel<<<grid, kThreads, 0, ctx->stream>>>(g, k_per_split_of(g.k, splits), splits > 1 ? partial : nullptr);
+    MF_LAUNCH(gemv_kernel, grid, kThreads, 0, ctx->stream, g, k_per_split_of(g.k, splits), splits > 1 ? partial : nullptr);
     MF_CUDA_CHECK_LAUNCH("gemv");
     if (splits > 1) {
-        gemv_finish_kernel<<<mf_cuda_grid(ctx, (g.m * g.n + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0,
-                             ctx->stream>>>(g, splits, partial);
+        MF_LAUNCH(gemv_finish_kernel, mf_cuda_grid(ctx, (g.m * g.n + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0, ctx->stream, g, splits, partial);
         MF_CUDA_CHECK_LAUNCH("gemv split-k finish");
     }
     return MF_OK;

@@ -119,12 +119,10 @@ extern "C" mf_status mf_cuda_copy_tensor(mf_backend *be, const mf_copy_args *a) 
         bool vec = inner % kMfVec == 0 && mf_aligned16(p.src) && mf_aligned16(p.dst);
         for (int k = 0; k < g.ndim - 1; k++) vec = vec && (g.ss[k] * ses) % 16 == 0 && (g.ds[k] * des) % 16 == 0;
         const int64_t chunks = g.numel / inner * ((inner + kMfVec - 1) / kMfVec);
-        copy_rows_kernel<<<mf_cuda_grid(c, (chunks + kCopyThreads - 1) / kCopyThreads), kCopyThreads, 0, c->stream>>>(
-            p, inner, vec);
+        MF_LAUNCH(copy_rows_kernel, mf_cuda_grid(c, (chunks + kCopyThreads - 1) / kCopyThreads), kCopyThreads, 0, c->stream, p, inner, vec);
         MF_CUDA_CHECK_LAUNCH("copy_rows");
     } else {
-        copy_strided_kernel<<<mf_cuda_grid(c, (g.numel + kCopyThreads - 1) / kCopyThreads), kCopyThreads, 0,
-                              c->stream>>>(p);
+        MF_LAUNCH(copy_strided_kernel, mf_cuda_grid(c, (g.numel + kCopyThreads - 1) / kCopyThreads), kCopyThreads, 0, c->stream, p);
         MF_CUDA_CHECK_LAUNCH("copy_strided");
     }
     return MF_OK;

@@ -62,7 +62,7 @@ extern "C" mf_status mf_cuda_embed(mf_backend *be, const mf_embed_args *a) {
     const int64_t tsz = (int64_t)mf_dtype_size(a->table.dtype), ysz = (int64_t)mf_dtype_size(a->y.dtype);
     p.vec = p.dim % kMfVec == 0 && mf_aligned16(p.table) && mf_aligned16(p.y) &&
             (p.vocab == 1 || (p.t_rs * tsz) % 16 == 0) && (p.n == 1 || (p.y_rs * ysz) % 16 == 0);
-    embed_kernel<<<mf_cuda_grid(c, p.n), kEmbedThreads, 0, c->stream>>>(p);
+    MF_LAUNCH(embed_kernel, mf_cuda_grid(c, p.n), kEmbedThreads, 0, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("embed");
     c->err_pending = true;
     c->err_vocab = p.vocab;

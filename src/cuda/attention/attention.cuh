@@ -118,11 +118,7 @@ __device__ __forceinline__ bool attn_visible(const AttnParams &p, int i, int j, 
     return j <= d && (p.window <= 0 || j > d - p.window);
 }
 
-__device__ __forceinline__ float attn_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+__device__ __forceinline__ float attn_exp2(float x) { return ptx::ex2_approx_ftz(x); }
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -224,6 +220,16 @@ __device__ __forceinline__ void attn_softmax_finish(Ov o, const float (&mrow)[2]
         for (int i = 0; i < no; i++) o(i, 2 * r) *= inv, o(i, 2 * r + 1) *= inv;
     }
 }
+
+// What the family keeps per backend (mf_cuda_ctx::attention), made by its
+// first use (attention.cu) and freed by mf_cuda_attention_release.
+struct mf_cuda_attention_state {
+    const char *path; // how the last mf_attention ran: "decode" | "wgmma" | "prefill" | "fallback" | ""
+    int sm90;         // the sm_90a prefill kernel runs here: 1 yes, -1 no, 0 not asked yet
+};
+// The backend's state, made on first use; NULL (with mf_fail's message) when
+// out of host memory.
+mf_cuda_attention_state *mf_cuda_attention_state_of(mf_cuda_ctx *c);
 
 // Entries of the three kernels (argument checks done by the dispatch).
 mf_status mf_cuda_attn_prefill(mf_cuda_ctx *c, const AttnParams &p);     // attn_prefill.cu

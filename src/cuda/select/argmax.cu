@@ -48,7 +48,7 @@ __device__ __forceinline__ unsigned long long key_max(unsigned long long a, unsi
 // rows element by element) into one key; warp shuffles, then one warp over
 // the per-warp keys in shared memory, give the row's key; thread 0 decodes it.
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(ArgmaxParams p) {
-    __shared__ unsigned long long red[32];
+    MF_SHARED(unsigned long long, red, [32]);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n_vec = p.vec ? p.n / kMfVec * kMfVec : 0;
     for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
@@ -95,7 +95,7 @@ extern "C" mf_status mf_cuda_argmax(mf_backend *be, const mf_argmax_args *a) {
     p.rows = a->x.shape[0], p.n = a->x.shape[1], p.rs = a->x.stride[0];
     const int64_t es = (int64_t)mf_dtype_size(a->x.dtype);
     p.vec = mf_aligned16(p.x) && (p.rows == 1 || (p.rs * es) % 16 == 0);
-    argmax_kernel<<<mf_cuda_grid(c, p.rows), kArgmaxThreads, 0, c->stream>>>(p);
+    MF_LAUNCH(argmax_kernel, mf_cuda_grid(c, p.rows), kArgmaxThreads, 0, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("argmax");
     return MF_OK;
 }

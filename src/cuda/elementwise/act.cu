@@ -79,7 +79,7 @@ extern "C" mf_status mf_cuda_act(mf_backend *be, const mf_act_args *a) {
     p.vec = p.n % kMfVec == 0 && rows_vec_ok(&a->x, p.rows) && rows_vec_ok(a->up, p.rows) &&
             rows_vec_ok(&a->y, p.rows);
     const int64_t work = p.vec ? p.rows * (p.n / kMfVec) : p.rows * p.n;
-    act_kernel<<<mf_cuda_grid(c, (work + kActThreads - 1) / kActThreads), kActThreads, 0, c->stream>>>(p);
+    MF_LAUNCH(act_kernel, mf_cuda_grid(c, (work + kActThreads - 1) / kActThreads), kActThreads, 0, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("act");
     return MF_OK;
 }

@@ -30,7 +30,7 @@
 // TMA loads from a producer warpgroup with setmaxnreg, softmax of tile j
 // overlapped with S of tile j + 1 inside a warpgroup, warpgroup ping-pong,
 // a persistent causal schedule.
-#include "cuda/attention.cuh"
+#include "cuda/attention/attention.cuh"
 #include "cuda/sm90.cuh"
 
 namespace {
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
     using namespace sm90;
     constexpr int kBM = Tr::kBM, kBN = Tr::kBN;
     constexpr int kDt = std::is_same<T, __nv_bfloat16>::value ? MF_DTYPE_BF16 : MF_DTYPE_F16;
-    extern __shared__ uint8_t smem_raw[];
+    MF_DYN_SHARED(uint8_t, smem_raw);
     // The swizzle follows shared-memory address bits 4-9: align the tiles to 1024.
     uint8_t *base = smem_raw + (((smem_u32(smem_raw) + 1023u) & ~1023u) - smem_u32(smem_raw));
     const uint32_t sQ = smem_u32(base);                    // (kBM, D) panels
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
     if (tid == 0) {
         for (int st = 0; st < Tr::kStages; st++)
             mbar_init(&full[st], Tr::kThreads), mbar_init(&empty[st], Tr::kThreads);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ptx::fence_mbarrier_init();
     }
     __syncthreads();
 
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(Sm90Traits<D>::kThreads, 1) attn_prefill_sm90_
 template <int D, typename T> mf_status launch(mf_cuda_ctx *c, const AttnParams &p) {
     using Tr = Sm90Traits<D>;
     const dim3 grid((unsigned)((p.max_q_len + Tr::kBM - 1) / Tr::kBM), (unsigned)p.n_heads, (unsigned)p.batch);
-    attn_prefill_sm90_kernel<D, T><<<grid, Tr::kThreads, Tr::kSmem, c->stream>>>(p);
+    MF_LAUNCH((attn_prefill_sm90_kernel<D, T>), grid, Tr::kThreads, Tr::kSmem, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("attn_prefill_sm90");
     return MF_OK;
 }
@@ -210,23 +210,24 @@ template <int D> bool set_up(int optin) {
 
 } // namespace
 
+// Asked once per backend (answered again, uncached, if its state cannot be made).
 bool mf_cuda_attn_sm90_available(mf_cuda_ctx *c) {
-    if (c->attn_sm90 != 0) return c->attn_sm90 > 0;
-    c->attn_sm90 = -1;
+    mf_cuda_attention_state *s = mf_cuda_attention_state_of(c);
+    if (s && s->sm90 != 0) return s->sm90 > 0;
+    bool ok = false;
 #ifdef MF_CUDA_SM90A
-    if (c->cc_major != 9 || c->cc_minor != 0) return false;
     int optin = 0;
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
+    if (c->cc_major == 9 && c->cc_minor == 0) {
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess) {
+            (void)cudaGetLastError();
+            optin = 0;
+        }
+        // The sm_90a images must be the ones loaded (not a JIT of compute_80 PTX).
+        ok = optin > 0 && set_up<64>(optin) && set_up<128>(optin) && set_up<256>(optin);
     }
-    // The sm_90a images must be the ones loaded (not a JIT of compute_80 PTX).
-    if (!set_up<64>(optin) || !set_up<128>(optin) || !set_up<256>(optin)) return false;
-    c->attn_sm90 = 1;
-    return true;
-#else
-    return false;
 #endif
+    if (s) s->sm90 = ok ? 1 : -1;
+    return ok;
 }
 
 bool mf_cuda_attn_sm90_fits(mf_cuda_ctx *c, const AttnParams &p) {

@@ -4,7 +4,7 @@
 // published FA2 algorithm (Dao, 2023); no code taken from any project.
 #include <atomic>
 
-#include "cuda/attention.cuh"
+#include "cuda/attention/attention.cuh"
 
 namespace {
 
@@ -41,45 +41,26 @@ template <int D> struct PrefillTraits {
 // multiple of 128 bytes, so no padding is needed.
 template <int D> __device__ __forceinline__ int swz(int row, int ch) { return row * D + ((ch ^ (row & 7)) << 3); }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    const int n = pred ? 16 : 0; // 0 bytes read: the 16 smem bytes are zero-filled
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+// 16 bytes global -> shared; pred false reads nothing (the 16 smem bytes are zero-filled).
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred MF_PTX_LOC) {
+    ptx::cp_async_cg16(ptx::smem_u32(smem MF_PTX_AT), gmem, pred ? 16 : 0 MF_PTX_AT);
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+__device__ __forceinline__ void cp_async_commit(MF_PTX_LOC1) { ptx::cp_async_commit(MF_PTX_AT1); }
+template <int N> __device__ __forceinline__ void cp_async_wait(MF_PTX_LOC1) { ptx::cp_async_wait<N>(MF_PTX_AT1); }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *smem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *smem MF_PTX_LOC) {
+    ptx::ldmatrix_x4(r, ptx::smem_u32(smem MF_PTX_AT) MF_PTX_AT);
 }
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *smem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *smem MF_PTX_LOC) {
+    ptx::ldmatrix_x4_trans(r, ptx::smem_u32(smem MF_PTX_AT) MF_PTX_AT);
 }
 
 // c += a (16x16, row) * b (16x8, col); fragment layout (g = lane / 4, t = lane % 4):
 // a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
 // b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1).
 template <bool BF16>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    if constexpr (BF16) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                     "{%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    } else {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                     "{%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1 MF_PTX_LOC) {
+    ptx::mma_m16n8k16<BF16>(c, a, b0, b1 MF_PTX_AT);
 }
 
 // Issue the cp.async of one kBlockN x D tile (keys n0.. of one head, rows
@@ -113,7 +94,7 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     using Tr = PrefillTraits<D>;
     constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kStages = Tr::kStages;
     constexpr int kDt = BF16 ? MF_DTYPE_BF16 : MF_DTYPE_F16;
-    extern __shared__ uint4 smem_u4[];
+    MF_DYN_SHARED(uint4, smem_u4);
     uint16_t *sQ = reinterpret_cast<uint16_t *>(smem_u4); // (kBlockM, D), later the O staging tile
     uint16_t *sKV = sQ + kBlockM * D;                      // kStages x {K (kBlockN, D), V (kBlockN, D)}
 
@@ -240,7 +221,11 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads, PrefillTraits<D>::
     attn_softmax_finish<D / 8>([&](int i, int e) -> float & { return o[i][e]; }, mrow, lrow, lse);
 
     // Stage the warp's 16 rows in its own rows of sQ (only this warp read
-    // them), then 16-byte coalesced stores of whole rows.
+    // them), then 16-byte coalesced stores of whole rows. The __syncwarp
+    // orders the lanes' ldmatrix reads of those rows before the writes: a
+    // block that visits no key tile (k_len 0) has no barrier in between, and
+    // lanes are separate threads (found by the emulator's TSan mode).
+    __syncwarp();
 #pragma unroll
     for (int i = 0; i < D / 8; i++)
 #pragma unroll
@@ -279,7 +264,7 @@ template <int D, bool BF16> mf_status launch(mf_cuda_ctx *c, const AttnParams &p
         opted.fetch_or(bit, std::memory_order_relaxed);
     }
     const dim3 grid((unsigned)((p.max_q_len + Tr::kBlockM - 1) / Tr::kBlockM), (unsigned)p.n_heads, (unsigned)p.batch);
-    kern<<<grid, Tr::kThreads, Tr::kSmemBytes, c->stream>>>(p);
+    MF_LAUNCH(kern, grid, Tr::kThreads, Tr::kSmemBytes, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("attn_prefill");
     return MF_OK;
 }

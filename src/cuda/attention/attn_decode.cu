@@ -5,7 +5,7 @@
 // so each K/V byte is read once per split, with 16-byte loads.
 #include <algorithm>
 
-#include "cuda/attention.cuh"
+#include "cuda/attention/attention.cuh"
 
 namespace {
 
@@ -38,8 +38,9 @@ __global__ void __launch_bounds__(kDecThreads, R == 4 ? 3 : 1)
     constexpr int kLpk = D / 8, kKeys = 32 / kLpk;
     static_assert(D % 8 == 0 && kLpk <= 32 && 32 % kLpk == 0, "a key row is 8-element chunks over a lane group");
     static_assert(R <= ::kMaxRows, "row_groups() sizes the grid by the widest R");
-    __shared__ float sm_o[kDecWarps][kMaxRows][D];
-    __shared__ float sm_m[kDecWarps][kMaxRows], sm_l[kDecWarps][kMaxRows];
+    MF_SHARED(float, sm_o, [kDecWarps][kMaxRows][D]);
+    MF_SHARED(float, sm_m, [kDecWarps][kMaxRows]);
+    MF_SHARED(float, sm_l, [kDecWarps][kMaxRows]);
 
     const int split = blockIdx.x, kvh = blockIdx.y / n_rg, rg = blockIdx.y % n_rg, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kg = lane / kLpk, dp = lane % kLpk;
@@ -214,7 +215,7 @@ template <int D, int R>
 mf_status launch(mf_cuda_ctx *c, const AttnParams &p, int n_splits, float *ws_o, float *ws_ml) {
     const int n_rg = row_groups(p);
     const dim3 grid((unsigned)n_splits, (unsigned)(p.n_kv_heads * n_rg), (unsigned)p.batch);
-    attn_decode_kernel<D, R><<<grid, kDecThreads, 0, c->stream>>>(p, n_splits, n_rg, ws_o, ws_ml);
+    MF_LAUNCH((attn_decode_kernel<D, R>), grid, kDecThreads, 0, c->stream, p, n_splits, n_rg, ws_o, ws_ml);
     MF_CUDA_CHECK_LAUNCH("attn_decode");
     return MF_OK;
 }
@@ -265,7 +266,7 @@ mf_status mf_cuda_attn_decode(mf_cuda_ctx *c, const AttnParams &p, int num_split
     }
     if (st != MF_OK || n == 1) return st;
     const dim3 grid((unsigned)p.max_q_len, (unsigned)p.n_heads, (unsigned)p.batch);
-    attn_combine_kernel<<<grid, 128, 0, c->stream>>>(p, n, ws_o, ws_ml);
+    MF_LAUNCH(attn_combine_kernel, grid, 128, 0, c->stream, p, n, ws_o, ws_ml);
     MF_CUDA_CHECK_LAUNCH("attn_combine");
     return MF_OK;
 }

@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) add_norm_warp_kernel(N
 // (grid-stride over rows); thread t holds chunks t, t + blockDim.x, ... in
 // registers. blockDim.x: a multiple of 32, at most kBlockMaxThreads.
 __global__ void __launch_bounds__(kBlockMaxThreads) add_norm_block_kernel(NormParams p) {
-    __shared__ float red[32];
+    MF_SHARED(float, red, [32]);
     const int64_t nchunks = (p.dim + kMfVec - 1) / kMfVec;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         float v[kBlockChunks][kMfVec];
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads) add_norm_block_kernel(NormPa
 // chunk by the thread that has just read it; the reductions' barriers keep
 // them after every earlier read of the row.
 __global__ void __launch_bounds__(kBlockMaxThreads) add_norm_global_kernel(NormParams p) {
-    __shared__ float red[32];
+    MF_SHARED(float, red, [32]);
     const int64_t nchunks = (p.dim + kMfVec - 1) / kMfVec;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         float v[kMfVec];
@@ -256,18 +256,18 @@ extern "C" mf_status mf_cuda_add_norm(mf_backend *be, const mf_norm_args *a) {
     if (dim <= kWarpMaxDim) {
         const unsigned grid = mf_cuda_grid(c, (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
         if (dim <= 32 * kMfVec)
-            add_norm_warp_kernel<1><<<grid, kWarpRowsPerBlock * 32, 0, c->stream>>>(p);
+            MF_LAUNCH(add_norm_warp_kernel<1>, grid, kWarpRowsPerBlock * 32, 0, c->stream, p);
         else
-            add_norm_warp_kernel<4><<<grid, kWarpRowsPerBlock * 32, 0, c->stream>>>(p);
+            MF_LAUNCH(add_norm_warp_kernel<4>, grid, kWarpRowsPerBlock * 32, 0, c->stream, p);
     } else if (dim <= kRegMaxDim) {
         // Enough threads for kBlockChunks chunks each, at least 128 (short rows still get 4 warps).
         int64_t threads = (nchunks + kBlockChunks - 1) / kBlockChunks;
         threads = (threads + 31) / 32 * 32;
         if (threads < 128) threads = 128;
         if (threads > kBlockMaxThreads) threads = kBlockMaxThreads;
-        add_norm_block_kernel<<<mf_cuda_grid(c, rows), (unsigned)threads, 0, c->stream>>>(p);
+        MF_LAUNCH(add_norm_block_kernel, mf_cuda_grid(c, rows), (unsigned)threads, 0, c->stream, p);
     } else {
-        add_norm_global_kernel<<<mf_cuda_grid(c, rows), kBlockMaxThreads, 0, c->stream>>>(p);
+        MF_LAUNCH(add_norm_global_kernel, mf_cuda_grid(c, rows), kBlockMaxThreads, 0, c->stream, p);
     }
     MF_CUDA_CHECK_LAUNCH("add_norm");
     return MF_OK;

@@ -79,7 +79,7 @@ __device__ __forceinline__ void rot_unit(const void *src, int sdt, int64_t so, v
 }
 
 __global__ void __launch_bounds__(kKvThreads) kv_write_kernel(KvParams p) {
-    extern __shared__ float2 cs[]; // (half): cos, sin of the token's angles
+    MF_DYN_SHARED(float2, cs); // (half): cos, sin of the token's angles
     const int64_t rot_units = (p.half + kMfVec - 1) / kMfVec;
     const int64_t row_units = (p.D + kMfVec - 1) / kMfVec;
     const int64_t tail_units = (p.D - 2 * p.half + kMfVec - 1) / kMfVec;
@@ -164,7 +164,7 @@ extern "C" mf_status mf_cuda_kv_write(mf_backend *be, const mf_kv_write_args *a)
                        (long long)(2 * p.half));
     p.vec = p.D % kMfVec == 0 && p.half % kMfVec == 0 && rows_aligned(&a->k) && rows_aligned(&a->v) &&
             rows_aligned(&a->k_cache) && rows_aligned(&a->v_cache) && (!a->q || rows_aligned(a->q));
-    kv_write_kernel<<<mf_cuda_grid(c, p.n), kKvThreads, smem, c->stream>>>(p);
+    MF_LAUNCH(kv_write_kernel, mf_cuda_grid(c, p.n), kKvThreads, smem, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("kv_write");
     c->err_pending = true; // the sync reads the error counter back
     return MF_OK;

@@ -70,7 +70,7 @@ extern "C" mf_status mf_cuda_rope(mf_backend *be, const mf_rope_args *a) {
     p.n_kv_heads = a->k ? a->k->shape[1] : 0;
     p.half = a->inv_freq.shape[0];
     const int64_t total = p.n_tokens * (p.n_heads + p.n_kv_heads) * p.half;
-    rope_kernel<<<mf_cuda_grid(c, (total + kRopeThreads - 1) / kRopeThreads), kRopeThreads, 0, c->stream>>>(p);
+    MF_LAUNCH(rope_kernel, mf_cuda_grid(c, (total + kRopeThreads - 1) / kRopeThreads), kRopeThreads, 0, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("rope");
     return MF_OK;
 }

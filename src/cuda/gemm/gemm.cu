@@ -28,7 +28,7 @@
 //   k0           k == 0 never reaches cuBLASLt: the kernel writes act(beta c + bias).
 //   gemv         decode shapes (one matrix, m = 1..8 rows, f16/bf16, b the
 //                transposed view of a torch Linear weight, k a multiple of 8,
-//                16-byte aligned a and b): our skinny GEMM (src/cuda/gemv.cu),
+//                16-byte aligned a and b): our skinny GEMM (src/cuda/gemm/gemv.cu),
 //                epilogue included, one rounding. OFF by default until a GPU
 //                run measures it against cuBLASLt (`minfer bench gemv`,
 //                docs/notes/gemv.md): MINFER_GEMV=1 in the environment when the
@@ -49,7 +49,7 @@
 
 #include "core/alloc.h"
 #include "cuda/common.cuh"
-#include "cuda/gemv.cuh"
+#include "cuda/gemm/gemv.cuh"
 #include "kernels/mat_layout.h"
 #include "cuda/cuda_query.h"
 
@@ -92,8 +92,7 @@ __global__ void __launch_bounds__(kEpilogueThreads) gemm_epilogue_kernel(Epilogu
 
 mf_status launch_epilogue(mf_cuda_ctx *ctx, const EpilogueParams &p) {
     const int64_t total = p.batch * p.m * p.n;
-    gemm_epilogue_kernel<<<mf_cuda_grid(ctx, (total + kEpilogueThreads - 1) / kEpilogueThreads), kEpilogueThreads,
-                           0, ctx->stream>>>(p);
+    MF_LAUNCH(gemm_epilogue_kernel, mf_cuda_grid(ctx, (total + kEpilogueThreads - 1) / kEpilogueThreads), kEpilogueThreads, 0, ctx->stream, p);
     MF_CUDA_CHECK_LAUNCH("gemm epilogue");
     return MF_OK;
 }

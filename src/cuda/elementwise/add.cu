@@ -62,7 +62,7 @@ extern "C" mf_status mf_cuda_add(mf_backend *be, const mf_add_args *a) {
     p.vec = p.n % kMfVec == 0 && mf_aligned16(p.a) && mf_aligned16(p.y) &&
             (!p.b || (p.nb % kMfVec == 0 && mf_aligned16(p.b)));
     const int64_t work = p.vec ? p.n / kMfVec : p.n;
-    add_kernel<<<mf_cuda_grid(c, (work + kAddThreads - 1) / kAddThreads), kAddThreads, 0, c->stream>>>(p);
+    MF_LAUNCH(add_kernel, mf_cuda_grid(c, (work + kAddThreads - 1) / kAddThreads), kAddThreads, 0, c->stream, p);
     MF_CUDA_CHECK_LAUNCH("add");
     return MF_OK;
 }

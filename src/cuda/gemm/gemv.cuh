@@ -1,5 +1,5 @@
 // Skinny GEMM for decode (m = 1..8 rows), called by the CUDA GEMM
-// (src/cuda/gemm.cu) on its "gemv" path; see src/cuda/gemv.cu.
+// (src/cuda/gemm/gemm.cu) on its "gemv" path; see src/cuda/gemm/gemv.cu.
 #ifndef MF_CUDA_GEMV_CUH
 #define MF_CUDA_GEMV_CUH
 
