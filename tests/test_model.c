@@ -1904,9 +1904,14 @@ static void on_fixture(const char *what, sessions_fn fn, mf_backend *cpu, const 
 // (graphs recorded once and replayed, nothing allocated per call): free
 // device memory after the calls equals what it was after the first one
 // (1 MiB slack for the driver's own bookkeeping).
+// MF_TEST_MEMORY_CALLS: fewer calls (the kernel emulator's passes take 100:
+// its free memory counts bytes, so a leak shows after one call); the bound
+// stays 1 MiB per 1000 calls.
 static void test_cuda_memory(const char *fx) {
+    const char *env = getenv("MF_TEST_MEMORY_CALLS");
+    const int calls = env && atoi(env) > 0 ? atoi(env) : 1000;
     char name[128];
-    snprintf(name, sizeof name, "cuda memory(%s): 1000 generate calls", fx);
+    snprintf(name, sizeof name, "cuda memory(%s): %d generate calls", fx, calls);
 #ifdef MF_HAVE_CUDA
     if (!mf_cuda_available()) {
         skip(name, "no CUDA device");
@@ -1926,7 +1931,7 @@ static void test_cuda_memory(const char *fx) {
     p.max_new_tokens = 8;
     p.sampler.temperature = 0.0f;
     size_t free0 = 0, free1 = 0, total = 0;
-    for (int i = 0; ok && i < 1000; i++) {
+    for (int i = 0; ok && i < calls; i++) {
         mf_generate_result r;
         ok = check_ok(name, mf_generate(s, &pr, &p, &r));
         mf_generate_result_free(&r);
@@ -1935,8 +1940,9 @@ static void test_cuda_memory(const char *fx) {
     if (ok) ok = cudaMemGetInfo(&free1, &total) == cudaSuccess;
     if (ok) {
         const double drop = ((double)free0 - (double)free1) / 1048576.0;
-        report(drop <= 1.0, name, "free device memory after call 1: %.1f MiB, after call 1000: %.1f MiB (drop %.2f MiB, want <= 1)",
-               (double)free0 / 1048576.0, (double)free1 / 1048576.0, drop);
+        const double bound = calls / 1000.0; // MiB: 1 MiB per 1000 calls
+        report(drop <= bound, name, "free device memory after call 1: %.1f MiB, after call %d: %.1f MiB (drop %.3f MiB, want <= %.3f)",
+               (double)free0 / 1048576.0, calls, (double)free1 / 1048576.0, drop, bound);
     }
     mf_session_free(s);
     mf_model_free(m);

@@ -3,6 +3,7 @@
 //
 //   test_ops [--filter SUBSTR] [--list] [--seed N] [--backend cpu|cuda] [--skip-file FILE] [-v]
 //
+// --filter: the cases whose name contains SUBSTR; "A|B|C": any of them.
 // --skip-file: lines "SUBSTR reason..." ('#' starts a comment): CUDA runs of
 // cases whose name contains SUBSTR are skipped, with the reason (the
 // emulator's list of cases too big to run on the CPU: tests/emu/skip.txt).
@@ -87,6 +88,20 @@ static const char *skip_reason(const skip_list *s, const char *name) {
     return NULL;
 }
 
+// The case name contains one of the '|'-separated substrings of filter (all cases for NULL).
+static bool filter_match(const char *name, const char *filter) {
+    if (!filter) return true;
+    for (const char *a = filter;;) {
+        const char *bar = strchr(a, '|');
+        const size_t n = bar ? (size_t)(bar - a) : strlen(a);
+        for (const char *p = name; *p; p++)
+            if (!strncmp(p, a, n)) return true;
+        if (!n && !*name) return true;
+        if (!bar) return false;
+        a = bar + 1;
+    }
+}
+
 int main(int argc, char **argv) {
     const char *filter = NULL, *only = NULL;
     bool list = false, verbose = false;
@@ -125,7 +140,7 @@ int main(int argc, char **argv) {
 
     int64_t selected = 0;
     for (int64_t i = 0; i < all.n; i++) {
-        if (filter && !strstr(all.cases[i].name, filter)) continue;
+        if (!filter_match(all.cases[i].name, filter)) continue;
         selected++;
         if (list) printf("%s\n", all.cases[i].name);
     }
@@ -160,7 +175,7 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     for (int64_t i = 0; i < all.n; i++) {
         const th_case *c = &all.cases[i];
-        if (filter && !strstr(c->name, filter)) continue;
+        if (!filter_match(c->name, filter)) continue;
         for (int b = 0; b < 2; b++) {
             if (!bes[b]) {
                 if (why_not[b] && strcmp(why_not[b], "not selected") == 0) continue;
