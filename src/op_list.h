@@ -13,7 +13,7 @@
 //
 // Adding an op: a line here; its args struct and mf_<op> in minfer/ops.h;
 // src/ops/<op>.c (checks, then mf_dispatch_<entry>); src/cpu/<op>.c;
-// src/cuda/<op>.cu; tests/cases_<op>.c with its line in tests/test_ops.c's
+// src/cuda/<family>/<op>.cu; tests/cases_<op>.c with its line in tests/test_ops.c's
 // TH_FAMILIES and tests/CMakeLists.txt.
 #ifndef MF_OP_LIST_H
 #define MF_OP_LIST_H

@@ -1,6 +1,6 @@
 // CPU MoE parts (mf_moe_router, mf_moe_permute, mf_moe_combine), f32 math.
 // The expert FFNs are the generic per-expert loop of src/ops/moe.c over
-// mf_gemm (OpenBLAS) and mf_act. The formulas match src/cuda/moe.cu step for
+// mf_gemm (OpenBLAS) and mf_act. The formulas match src/cuda/moe/*.cu step for
 // step (selection on the logits, exp of logit - max, sums in index order).
 #include <math.h>
 #include <string.h>
