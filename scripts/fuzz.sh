@@ -6,7 +6,8 @@
 #
 # Build dir: $MF_FUZZ_BUILD (default build-fuzz); new corpus entries, logs and
 # crash reproducers go to $MF_FUZZ_OUT (default build-fuzz/fuzz-out), never into
-# the seed corpus. Exits non-zero when a target crashes, leaks or times out:
+# the seed corpus; a crash's report and its reproducer in base64 go to stderr and
+# to $MF_FUZZ_OUT/failures.txt. Exits non-zero when a target crashes, leaks or times out:
 # copy the reproducer into fuzz/corpus/<name>/regress_<what> (the name that
 # scripts/reliability-report.sh counts as found and fixed) and add a case to the tests.
 # fuzz_server_request: the first byte picks the route (completions, chat, tokenize,
@@ -31,12 +32,21 @@ else
   for f in "$root"/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
 fi
 
-command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
+mkdir -p "$out"
+rm -f "$out/failures.txt"
+# Every way this script fails leaves its story in failures.txt (CI prints it last).
+fail_setup() {
+  { echo "==== fuzz.sh: $1"; if [ -n "${2:-}" ]; then tail -n 40 "$2"; echo; fi; } | tee -a "$out/failures.txt" >&2
+  exit 2
+}
+command -v clang >/dev/null || fail_setup "clang not found (apt-get install clang libclang-rt-dev)"
 # fuzz_cli links libminfer: baseline CPU loops only (MF_CPU_NO_CLONES, as CI's ASan
 # build), since clang 14 does not resolve a target_clones function called from another file.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DMF_FUZZ=ON -DMF_CUDA=OFF \
-  -DMF_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-DMF_CPU_NO_CLONES >/dev/null
-cmake --build "$build" --target "${targets[@]}" -j2 >/dev/null
+  -DMF_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-DMF_CPU_NO_CLONES >"$out/configure.log" 2>&1 ||
+  fail_setup "configure failed ($out/configure.log)" "$out/configure.log"
+cmake --build "$build" --target "${targets[@]}" -j2 >"$out/build.log" 2>&1 ||
+  fail_setup "build failed ($out/build.log)" "$out/build.log"
 echo "fuzz.sh: configured and built in ${SECONDS}s" >&2
 
 failed=0
@@ -58,9 +68,19 @@ for t in "${targets[@]}"; do
   ncorp=$(find "$dir/corpus" -type f | wc -l)
   status=ok
   if [ "$rc" -ne 0 ]; then
-    status="CRASH (rc $rc): $(ls "$dir/crashes" | head -1)"
+    crash=$(ls "$dir/crashes" | head -1)
+    status="CRASH (rc $rc): ${crash:-no reproducer}"
     failed=1
-    grep -m1 -E "ERROR: |runtime error|==ERROR" "$dir/log" >&2 || true
+    # What a CI log must show to reproduce it elsewhere: the report and the input's bytes.
+    {
+      echo "==== $t: rc $rc, log $dir/log"
+      grep -m1 -n -E "ERROR: |runtime error|==ERROR|deadly signal|timeout after|out-of-memory" "$dir/log" |
+        cut -d: -f1 | { read -r l && sed -n "$((l > 5 ? l - 5 : 1)),$((l + 40))p" "$dir/log"; } || tail -n 40 "$dir/log"
+      if [ -n "$crash" ]; then
+        echo "---- reproducer $crash ($(stat -c %s "$dir/crashes/$crash") bytes), base64:"
+        head -c 4096 "$dir/crashes/$crash" | base64
+      fi
+    } | tee -a "$out/failures.txt" >&2
   fi
   rows+=("$(printf '%-20s %6ss %12s %10s %8s  %s' "$t" "$secs" "${execs:-?}" "${rate:-?}" "$ncorp" "$status")")
 done
