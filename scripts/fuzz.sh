@@ -6,8 +6,12 @@
 #
 # Build dir: $MF_FUZZ_BUILD (default build-fuzz); new corpus entries, logs and
 # crash reproducers go to $MF_FUZZ_OUT (default build-fuzz/fuzz-out), never into
-# the seed corpus; a crash's report and its reproducer in base64 go to stderr and
-# to $MF_FUZZ_OUT/failures.txt. Exits non-zero when a target crashes, leaks or times out:
+# the seed corpus. MF_FUZZ_SEED fixes libFuzzer's seed (CI: 1, so that a CI
+# failure replays elsewhere with the same seed and an empty MF_FUZZ_OUT: the
+# same inputs in the same order, as far as the machine's speed takes them in
+# the time); unset, each run explores anew. A crash's report and its
+# reproducer in base64 go to stderr and to $MF_FUZZ_OUT/failures.txt.
+# Exits non-zero when a target crashes, leaks or times out:
 # copy the reproducer into fuzz/corpus/<name>/regress_<what> (the name that
 # scripts/reliability-report.sh counts as found and fixed) and add a case to the tests.
 # fuzz_server_request: the first byte picks the route (completions, chat, tokenize,
@@ -60,6 +64,7 @@ for t in "${targets[@]}"; do
   args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
         -artifact_prefix="$dir/crashes/")
   [ -f "$root/fuzz/$name.dict" ] && args+=(-dict="$root/fuzz/$name.dict")
+  [ -n "${MF_FUZZ_SEED:-}" ] && args+=(-seed="$MF_FUZZ_SEED")
   echo "fuzz.sh: $t for ${secs}s (log: $dir/log)" >&2
   rc=0
   "$build/fuzz/$t" "${args[@]}" "$dir/corpus" "$seeds" >"$dir/log" 2>&1 || rc=$?

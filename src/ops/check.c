@@ -10,9 +10,14 @@ mf_status mf_check_call(const mf_backend *be, const void *args, const char *op) 
 }
 
 mf_status mf_check_on(const mf_backend *be, const mf_tensor *t, const char *op, const char *name) {
-    char what[96];
-    snprintf(what, sizeof what, "%s: %s", op, name);
-    MF_TRY(mf_tensor_check(t, what));
+    // "op: name" is formatted only for a failure's message: this runs for
+    // every tensor of every op (a decode step of the default model: ~300
+    // snprintf calls, 1.5% of its time in `perf`).
+    if (mf_tensor_check(t, name) != MF_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: %s", op, name);
+        return mf_tensor_check(t, what);
+    }
     if (t->device != be->device)
         return mf_fail(MF_ERR_INVALID_ARG, "%s: %s is on %s but the backend is %s", op, name,
                        mf_device_name(t->device), be->name);
