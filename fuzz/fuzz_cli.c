@@ -169,10 +169,10 @@ static void check_bench_serve(const mf_bench_serve_opts *o, char **argv, int arg
     for (const char *p = o->rates; p && *p; n++) { // what bs_run parses again
         char *end;
         const double r = strtod(p, &end);
-        REQUIRE(end != p && r > 0 && isfinite(r) && (*end == ',' || !*end));
+        REQUIRE(end != p && r >= 0.001 && isfinite(r) && ((*end == ',' && end[1]) || !*end));
         p = *end ? end + 1 : end;
     }
-    REQUIRE(n <= 32);
+    REQUIRE(n <= 32 && (!o->rates || n >= 1));
     REQUIRE(o->eng.kv_blocks >= 0 && o->eng.max_batched_tokens >= 0 && o->eng.max_seqs >= 0);
     REQUIRE(o->eng.block_size == 0 || (o->eng.block_size >= 16 && o->eng.block_size <= 1024));
 }

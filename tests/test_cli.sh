@@ -232,7 +232,10 @@ says "bench serve (csv header)" "model,backend,mode,value,requests,in_len,out_le
 says "bench serve (concurrency 3 row)" ",cpu,concurrency,3,6,3:20,2:6,0,on," "${sv[@]}" --concurrency 3
 says "bench serve (Poisson rate row, shared prefix from the cache)" ",cpu,rate,50,6,3:20,2:6,16,on," "${sv[@]}" --rate 50 \
   --shared-prefix 16
-bad "--rate 0: not a list of request rates > 0" bench serve "${m[@]}" --rate 0
+bad "--rate 0: not a list of request rates >= 0.001" bench serve "${m[@]}" --rate 0
+bad "--rate 1e-320: not a list" bench serve "${m[@]}" --rate 1e-320
+bad "--rate 1,: not a list" bench serve "${m[@]}" --rate 1,
+bad '--rate "": not a list of request rates >= 0.001' bench serve "${m[@]}" --rate ""
 bad "more than 32 rates" bench serve "${m[@]}" --rate 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33
 bad "--input-len 5:2: not LO:HI" bench serve "${m[@]}" --input-len 5:2
 bad "--block-size 8: not an integer in [16, 1024]" bench serve "${m[@]}" --block-size 8

@@ -208,7 +208,7 @@ typedef struct {
     mf_model_args model;              // -m DIR or --synthetic PRESET (default: the default model)
     int requests;                     // --requests, [1, 100000] (64)
     mf_arg_list conc;                 // --concurrency: each [1, 100000]
-    const char *rates;                // --rate R,R2: at most 32 request rates per second, each > 0
+    const char *rates;                // --rate R,R2: 1 to 32 request rates per second, each >= 0.001
     int in_lo, in_hi, out_lo, out_hi; // --input-len LO:HI (16:128), --output-len LO:HI (16:64): 1 <= LO <= HI <= 2^20
     int shared;                       // --shared-prefix N, [0, 2^20] (0)
     mf_engine_opts eng;               // --kv-blocks, --block-size, --max-batched-tokens, --max-seqs, --no-prefix-cache

@@ -67,10 +67,12 @@ static mf_args_result bs_option(void *opts, const char *a, const char *v, char *
             if (n == 32) return mf_args_bad(err, "--rate %.80s: more than 32 rates", v);
             char *end;
             const double r = strtod(p, &end);
-            if (end == p || !(r > 0) || !isfinite(r) || (*end && *end != ','))
-                return mf_args_bad(err, "--rate %.80s: not a list of request rates > 0", v);
+            // below 0.001 requests/s a run waits for days (1e-320: forever)
+            if (end == p || !(r >= 0.001) || !isfinite(r) || (*end && *end != ',') || (*end == ',' && !end[1]))
+                return mf_args_bad(err, "--rate %.80s: not a list of request rates >= 0.001", v);
             p = *end ? end + 1 : end;
         }
+        if (n == 0) return mf_args_bad(err, "--rate \"\": not a list of request rates >= 0.001");
         o->rates = v;
         return MF_ARGS_OK;
     }
