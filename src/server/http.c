@@ -1,6 +1,8 @@
-// The HTTP layer on libmicrohttpd: one internal polling thread (epoll),
-// connections suspended while their job waits for the engine, the
-// request-completed callback to notice a client that left.
+// The HTTP layer on libmicrohttpd: a pool of --http-threads internal
+// polling threads (epoll; each connection stays on one of them), connections
+// suspended while their job waits for the engine, the request-completed
+// callback to notice a client that left. The handlers run on several threads
+// at once: what they share is locked or read-only (docs/notes/server.md).
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -162,12 +164,15 @@ bool mf_srv_http_start(mf_srv *s) {
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    // MHD pools threads from 2 up; 1 is its single polling thread, as before the pool.
+    unsigned pool = o->http_threads > 1 ? (unsigned)o->http_threads : 0;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,                       //
                                  MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,                   // first, or MHD warns
+                                 MHD_OPTION_THREAD_POOL_SIZE, pool,                           //
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr,                           //
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                //
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,                // idle keep-alive
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,                 //
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,                 // split among the pool
                                  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {

@@ -61,19 +61,20 @@ const char *mf_srv_opts_help(void) {
            "  --chat-template NAME       force a chat template (default: recognised from the checkpoint)\n"
            "  --max-body-mb MB           request bodies larger than this get 413 (default 8)\n"
            "  --shutdown-timeout S       seconds in-flight requests get to finish on SIGINT/SIGTERM (default 30)\n"
-           "  --ping-interval S          SSE comment ping after S idle seconds of a stream (default 5)\n";
+           "  --ping-interval S          SSE comment ping after S idle seconds of a stream (default 5)\n"
+           "  --http-threads N           HTTP threads: parsing, tokenizing, streaming (default 4; 1: one)\n";
 }
 
 mf_srv_opts_result mf_srv_opts_parse(int argc, char **argv, mf_srv_opts *o, char err[MF_SRV_ERR_CAP]) {
     *o = (mf_srv_opts){.host = "127.0.0.1", .port = 8000, .max_queue = 1024, .backend = "auto",
                        .dtype = MF_DTYPE_BF16, .dtype_auto = true, .max_body = (int64_t)8 << 20,
-                       .shutdown_timeout = 30.0, .ping_interval = 5.0};
+                       .shutdown_timeout = 30.0, .ping_interval = 5.0, .http_threads = 4};
     err[0] = '\0';
     static const char *const flags[] = {"-m", "--model", "--served-model-name", "--host", "--port", "--api-key",
                                         "--kv-mem", "--kv-blocks", "--block-size", "--max-batched-tokens",
                                         "--max-seqs", "--max-model-len", "--max-queue", "--backend", "--dtype",
                                         "--chat-template", "--max-body-mb", "--shutdown-timeout",
-                                        "--ping-interval", NULL};
+                                        "--ping-interval", "--http-threads", NULL};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return MF_SRV_OPTS_HELP;
@@ -151,6 +152,9 @@ mf_srv_opts_result mf_srv_opts_parse(int argc, char **argv, mf_srv_opts *o, char
         } else if (!strcmp(a, "--ping-interval")) {
             if (!num_in(v, 0.05, 3600, &d)) return bad(err, "--ping-interval %.80s: not seconds in [0.05, 3600]", v);
             o->ping_interval = d;
+        } else if (!strcmp(a, "--http-threads")) {
+            if (!int_in(v, 1, 256, &n)) return bad(err, "--http-threads %.80s: not an integer in [1, 256]", v);
+            o->http_threads = (int32_t)n;
         }
     }
     if (!o->dir) return bad(err, "-m DIR is required (a Hugging Face checkpoint directory)");

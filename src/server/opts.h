@@ -37,6 +37,7 @@ typedef struct {
     int64_t max_body;                      // --max-body-mb MB -> bytes (8 MiB); larger bodies: 413
     double shutdown_timeout;               // --shutdown-timeout S: SIGINT/SIGTERM lets requests finish this long (30)
     double ping_interval;                  // --ping-interval S: SSE comment pings when a stream is idle (5)
+    int32_t http_threads;                  // --http-threads N [1, 256]: MHD's thread pool (4; 1: one polling thread)
 } mf_srv_opts;
 
 // argv: the arguments after "serve". Strings point into argv. BAD: err names

@@ -1,9 +1,11 @@
 // `minfer serve`: an OpenAI-compatible HTTP server over the serving engine.
 //
 // Threads (docs/notes/server.md):
-//   - MHD's polling thread: HTTP, parsing, validation, tokenizing, building
-//     responses; it never touches the engine. Streams are responses whose
-//     reader suspends the connection while there is nothing to send.
+//   - MHD's polling threads (--http-threads, a pool; a connection stays on
+//     one): HTTP, parsing, validation, tokenizing, building responses; they
+//     never touch the engine. Streams are responses whose reader suspends
+//     the connection while there is nothing to send. They share only what
+//     is under mu, a job's mu, metrics.mu, or read-only after READY.
 //   - the engine thread (engine_loop.c): the only caller of mf_engine_*; it
 //     takes submitted jobs, steps, appends each event to its job and resumes
 //     the job's connection.

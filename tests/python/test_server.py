@@ -571,6 +571,9 @@ def test_bad_options_and_template_refused_at_start():
     r = subprocess.run([str(binary), "serve", "-m", str(MODEL), "--port", "99999"], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 2 and "--port 99999" in r.stderr
+    r = subprocess.run([str(binary), "serve", "-m", str(MODEL), "--http-threads", "0"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "--http-threads 0" in r.stderr
     r = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "--api-key" in r.stdout
     r = subprocess.run([str(binary), "serve", "-m", str(MODEL), "--port", "0", "--chat-template", "nonesuch"],
@@ -607,5 +610,18 @@ def test_queue_full_is_429():
         t2.join(60)
         assert out1["status"] == out2["status"] == 200
         assert sse_events(out2["data"])[-1] == "[DONE]"
+    finally:
+        assert srv.stop() == 0
+
+
+def test_one_http_thread_serves():
+    # --http-threads 1: MHD's single polling thread (no pool), the mode before the pool.
+    srv = Server("--http-threads", "1")
+    try:
+        plain = greedy(srv, "In the beginning", max_tokens=12)
+        chunks = list(srv.client.completions.create(model=NAME, prompt="In the beginning", max_tokens=12,
+                                                    temperature=0, stream=True))
+        assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == plain.choices[0].text
+        assert srv.post("/tokenize", {"prompt": "In the beginning"})[0] == 200
     finally:
         assert srv.stop() == 0
