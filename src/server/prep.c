@@ -51,7 +51,7 @@ bool mf_srv_prep_start(mf_srv *s) {
 
 void mf_srv_prep_queue(mf_srv *s, mf_job *j) {
     pthread_mutex_lock(&s->mu);
-    if (s->prep_stop || s->n_prep_started == 0) { // late in a shutdown: no worker will take it
+    if (s->prep_stop) { // late in a shutdown: no worker will take it
         pthread_mutex_lock(&j->mu);
         j->state = MF_JOB_FAILED;
         mf_oai_error_set(&j->err, 503, "service_unavailable", NULL, "the server is shutting down");
@@ -75,5 +75,4 @@ void mf_srv_prep_stop(mf_srv *s) {
     pthread_cond_broadcast(&s->prep_cv);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_prep_started; i++) pthread_join(s->prep_threads[i], NULL);
-    s->n_prep_started = 0;
 }

@@ -247,6 +247,12 @@ enum MHD_Result mf_route_continue(mf_srv *s, struct MHD_Connection *conn, mf_job
         pthread_mutex_unlock(&j->mu);
         return reply_json(s, conn, 200, &b);
     }
+    if (st == MF_JOB_PREP) { // woken early: a prep worker is still writing j->req
+        j->suspended = true;
+        MHD_suspend_connection(conn);
+        pthread_mutex_unlock(&j->mu);
+        return MHD_YES;
+    }
     if (st != MF_JOB_QUEUED && j->req.stream) {
         j->streaming = true;
         j->t_last_write = mf_srv_now();
@@ -259,7 +265,7 @@ enum MHD_Result mf_route_continue(mf_srv *s, struct MHD_Connection *conn, mf_job
         mf_stream_final_json(j, &b);
         return reply_json(s, conn, 200, &b);
     }
-    j->suspended = true; // woken early (still with the prep worker, or not done yet): wait again
+    j->suspended = true; // woken early (not done yet): wait again
     MHD_suspend_connection(conn);
     pthread_mutex_unlock(&j->mu);
     return MHD_YES;
