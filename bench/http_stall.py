@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """How long one big /tokenize stalls a running SSE stream of `minfer serve`.
 
-    python3 bench/http_stall.py [--bin build/minfer] [--model models/minfer-kjv-3m] \\
+    python3 bench/http_stall.py [--bin build/minfer ...] [--model models/minfer-kjv-3m] \\
         [--threads 1 4] [--repeats 3] [--kb 800] [--max-tokens 240]
 
-Starts one server per --threads value (--http-threads N, CPU backend), then, for
-each repeat and each server in turn (interleaved): streams a greedy ignore_eos
-completion, and once 20 chunks have come POSTs a --kb KB /tokenize on another
-connection. Prints the largest gap between the stream's chunks while the
-/tokenize ran, the largest gap in the whole stream, and the /tokenize time.
-With one HTTP thread the stream waits for the tokenizing; with a pool it does not.
+Starts one server per --bin and --threads value (--http-threads N, CPU
+backend), then, for each repeat and each server in turn (interleaved):
+streams a greedy ignore_eos completion, and once 20 chunks have come POSTs a
+--kb KB /tokenize on another connection. Prints the largest gap between the
+stream's chunks while the /tokenize ran, the largest and the median gap in
+the whole stream, and the /tokenize time. When the tokenizing runs on an HTTP polling thread,
+a stream on the same thread waits for it; on a prep worker it does not.
 """
 
 import argparse
@@ -71,12 +72,14 @@ def trial(port, text, max_tokens):
     t.join()
     gaps = [(b - a, a, b) for a, b in zip(times, times[1:])]
     during = max((g for g, a, b in gaps if b >= t0 and a <= t1), default=0.0)
-    return during, max(g for g, _, _ in gaps), t1 - t0, len(times)
+    median = sorted(g for g, _, _ in gaps)[len(gaps) // 2]
+    return during, max(g for g, _, _ in gaps), median, t1 - t0, len(times)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=str(REPO / "build" / "minfer"))
+    ap.add_argument("--bin", nargs="+", default=[str(REPO / "build" / "minfer")],
+                    help="binaries to compare (servers numbered in the output, in this order)")
     ap.add_argument("--model", default=str(REPO / "models" / "minfer-kjv-3m"))
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--repeats", type=int, default=3)
@@ -85,14 +88,18 @@ def main():
     a = ap.parse_args()
     verse = "And God said, Let there be light: and there was light. "
     text = verse * (a.kb * 1024 // len(verse))
-    servers = {n: start(a.bin, a.model, n) for n in a.threads}
+    servers = {(b, n): start(binary, a.model, n) for b, binary in enumerate(a.bin) for n in a.threads}
     try:
         print(f"/tokenize body {len(text) // 1024} KB; stream max_tokens {a.max_tokens}")
-        print("http-threads  repeat  max gap during /tokenize (ms)  max gap in stream (ms)  /tokenize (ms)  chunks")
+        for b, binary in enumerate(a.bin):
+            print(f"bin {b}: {binary}")
+        print("bin  http-threads  repeat  max gap during /tokenize (ms)  max gap in stream (ms)  median gap (ms)  "
+              "/tokenize (ms)  chunks")
         for rep in range(a.repeats):
-            for n, (_, port) in servers.items():
-                during, worst, tok, chunks = trial(port, text, a.max_tokens)
-                print(f"{n:12d}  {rep:6d}  {1e3 * during:29.1f}  {1e3 * worst:22.1f}  {1e3 * tok:14.1f}  {chunks:6d}")
+            for (b, n), (_, port) in servers.items():
+                during, worst, median, tok, chunks = trial(port, text, a.max_tokens)
+                print(f"{b:3d}  {n:12d}  {rep:6d}  {1e3 * during:29.1f}  {1e3 * worst:22.1f}  {1e3 * median:15.1f}  "
+                      f"{1e3 * tok:14.1f}  {chunks:6d}")
     finally:
         for p, _ in servers.values():
             p.terminate()

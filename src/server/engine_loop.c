@@ -334,9 +334,11 @@ void *mf_srv_engine_main(void *arg) {
         }
         mf_job *in[64];
         int32_t n_in = s->n_inbox < 64 ? s->n_inbox : 64;
-        memcpy(in, s->inbox, (size_t)n_in * sizeof *in);
-        memmove(s->inbox, s->inbox + n_in, (size_t)(s->n_inbox - n_in) * sizeof *in);
-        s->n_inbox -= n_in;
+        if (n_in > 0) { // inbox is NULL until the first submit (woken by a poke or the drain before any)
+            memcpy(in, s->inbox, (size_t)n_in * sizeof *in);
+            memmove(s->inbox, s->inbox + n_in, (size_t)(s->n_inbox - n_in) * sizeof *in);
+            s->n_inbox -= n_in;
+        }
         s->wake = false;
         bool stop = s->stop;
         double deadline = s->drain_deadline;

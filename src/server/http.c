@@ -120,7 +120,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                          (long long)s->opts->max_body);
         return mf_http_reply_error(s, conn, &err);
     }
-    return mf_route_handle(s, conn, q->route, q->body.p ? q->body.p : "", q->body.len, &q->job);
+    return mf_route_handle(s, conn, q->route, &q->body, &q->job);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe) {
@@ -134,10 +134,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         pthread_mutex_lock(&j->mu);
         j->conn = NULL;
         j->suspended = false;
-        bool live = j->state == MF_JOB_QUEUED || j->state == MF_JOB_RUNNING;
-        if (live) j->gone = true; // the connection ended before the answer: nobody wants it
+        bool engine = j->state == MF_JOB_QUEUED || j->state == MF_JOB_RUNNING;
+        if (engine || j->state == MF_JOB_PREP) j->gone = true; // the connection ended before the answer: nobody wants it
         pthread_mutex_unlock(&j->mu);
-        if (live) mf_srv_poke(s);
+        if (engine) mf_srv_poke(s); // a PREP job is dropped by its prep worker
         mf_job_unref(j);
     }
     mf_sbuf_free(&q->body);

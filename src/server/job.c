@@ -58,6 +58,8 @@ static void job_free(mf_job *j) {
     free(j->eng_live);
     free(j->eng_first);
     mf_sbuf_free(&j->out);
+    mf_sbuf_free(&j->reply);
+    mf_sbuf_free(&j->body);
     mf_oai_request_free(&j->req);
     pthread_mutex_destroy(&j->mu);
     free(j);

@@ -1,9 +1,12 @@
-// Internal (server): a job, one HTTP completion request between the HTTP
-// thread that parsed it and streams its answer and the engine thread that
-// runs it.
+// Internal (server): a job, one HTTP request whose answer is not made on
+// the HTTP thread: a completion, between the HTTP thread that took its body
+// and streams its answer, the prep worker that parses and tokenizes it, and
+// the engine thread that runs it; or a /tokenize or /detokenize, answered
+// by a prep worker (`reply`).
 //
 // Ownership: a job is counted (refs). The connection holds one reference
-// until MHD's request-completed callback, the engine thread one from
+// until MHD's request-completed callback, a prep worker one from queueing
+// until it has submitted or answered the job, the engine thread one from
 // submission until none of the job's engine requests is left, a streaming
 // response one until MHD frees it. Everything below `mu` is guarded by it
 // unless marked otherwise; the lock order is srv->mu, then a job's mu.
@@ -23,10 +26,11 @@ struct MHD_Connection;
 typedef struct mf_srv mf_srv;
 
 typedef enum {
-    MF_JOB_QUEUED = 0,  // built, not yet seen by the engine thread
-    MF_JOB_RUNNING = 1, // its engine requests were added
-    MF_JOB_DONE = 2,    // every sequence finished (usage is final)
-    MF_JOB_FAILED = 3,  // refused or aborted: err says why
+    MF_JOB_PREP = 0,    // its body waits for (or is with) a prep worker (prep.c)
+    MF_JOB_QUEUED = 1,  // prepared and submitted, not yet seen by the engine thread
+    MF_JOB_RUNNING = 2, // its engine requests were added
+    MF_JOB_DONE = 3,    // every sequence finished (usage is final), or `reply` is the answer
+    MF_JOB_FAILED = 4,  // refused or aborted: err says why
 } mf_job_state;
 
 // One choice (prompt p, sequence s: index p * n + s). The engine thread
@@ -47,8 +51,12 @@ typedef struct {
 } mf_job_choice;
 
 typedef struct mf_job {
-    // ---- immutable once submitted -------------------------------------------------
+    // ---- set by the HTTP thread before queueing, then the prep worker's ---------
     mf_srv *srv;
+    int route;                 // mf_route (routes.h)
+    mf_sbuf body;              // the request body (freed once parsed)
+    struct mf_job *prep_next;  // the prep queue, under srv->mu
+    // ---- written by the prep worker, immutable once state leaves PREP -------------
     mf_oai_request req;        // the parsed request
     int32_t n_prompts;         // engine requests (one per prompt), each with req.n sequences
     int32_t **prompt_ids;      // (n_prompts) the prompts' ids
@@ -81,6 +89,8 @@ typedef struct mf_job {
     bool stream_ended;         // [DONE] (or the error) is in `out`
     double t_last_write;       // CLOCK_MONOTONIC of the last bytes handed to MHD (pings)
     mf_sbuf out;               // stream bytes built, not yet handed to MHD
+    mf_sbuf reply;             // DONE by a prep worker (/tokenize, /detokenize): the 200 JSON body
+    bool has_reply;
     // ---- the server's list of live jobs, under srv->mu ------------------------------
     struct mf_job *prev, *next;
 } mf_job;

@@ -183,23 +183,13 @@ static bool max_tokens_of(mf_srv *s, mf_job *j, mf_oai_error *err) {
     return true;
 }
 
-static enum MHD_Result completions(mf_srv *s, struct MHD_Connection *conn, mf_route route, const char *body,
-                                   size_t len, mf_job **job_out) {
-    mf_oai_error err = {0};
-    if (!ready(s, &err)) return mf_http_reply_error(s, conn, &err);
-    mf_job *j = mf_job_new(s);
-    if (!j) return reply_err(s, conn, 500, "internal_error", NULL, "out of memory");
-    j->t_arrival = mf_srv_now();
-    mf_oai_kind kind = route == MF_ROUTE_CHAT ? MF_OAI_CHAT : MF_OAI_COMPLETIONS;
-    if (!mf_oai_request_parse(kind, body, len, &j->req, &err) || !model_ok(s, &j->req, &err) ||
-        !prompts_of(s, j, &err) || !max_tokens_of(s, j, &err)) {
-        mf_job_unref(j);
-        return mf_http_reply_error(s, conn, &err);
-    }
-    if (!mf_job_alloc_choices(j)) {
-        mf_job_unref(j);
-        return reply_err(s, conn, 500, "internal_error", NULL, "out of memory");
-    }
+// A completion's job from its body: parsed, validated, tokenized, ids and seed resolved.
+static bool prepare_completion(mf_srv *s, mf_job *j, const char *body, size_t len, mf_oai_error *err) {
+    mf_oai_kind kind = j->route == MF_ROUTE_CHAT ? MF_OAI_CHAT : MF_OAI_COMPLETIONS;
+    if (!mf_oai_request_parse(kind, body, len, &j->req, err) || !model_ok(s, &j->req, err) || !prompts_of(s, j, err) ||
+        !max_tokens_of(s, j, err))
+        return false;
+    if (!mf_job_alloc_choices(j)) return mf_oai_error_set(err, 500, "internal_error", NULL, "out of memory");
     j->seed = j->req.seed_given ? j->req.seed : mf_srv_random_seed(s);
     j->n_top = j->req.logprobs ? j->req.top_logprobs : 0;
     j->created = (int64_t)time(NULL);
@@ -210,22 +200,31 @@ static enum MHD_Result completions(mf_srv *s, struct MHD_Connection *conn, mf_ro
     z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
     snprintf(j->id, sizeof j->id, "%s-%016llx%llu", kind == MF_OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)(z ^ (z >> 29)), (unsigned long long)n);
+    return true;
+}
 
+// HTTP thread: a body whose work is heavy (parsing, templating, tokenizing)
+// becomes a job for a prep worker; the connection is suspended until the
+// worker answers (or the engine thread admits the completion).
+static enum MHD_Result queue_prep(mf_srv *s, struct MHD_Connection *conn, mf_route route, mf_sbuf *body,
+                                  mf_job **job_out) {
+    mf_oai_error err = {0};
+    if (!ready(s, &err)) return mf_http_reply_error(s, conn, &err);
+    mf_job *j = mf_job_new(s);
+    if (!j) return reply_err(s, conn, 500, "internal_error", NULL, "out of memory");
+    j->t_arrival = mf_srv_now(); // TTFT and e2e count the time in the prep queue
+    j->route = (int)route;
+    j->body = *body; // the job owns the body now: MHD frees the request (q) when the connection ends
+    *body = (mf_sbuf){0};
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     pthread_mutex_lock(&j->mu);
     j->conn = conn;
     j->fd = ci ? ci->connect_fd : -1;
-    j->suspended = true; // until the engine thread has admitted it
+    j->suspended = true; // until the prep worker answers or the engine thread admits it
     MHD_suspend_connection(conn);
     pthread_mutex_unlock(&j->mu);
     *job_out = j;
-    if (!mf_srv_submit(s, j)) {
-        pthread_mutex_lock(&j->mu);
-        j->state = MF_JOB_FAILED;
-        mf_oai_error_set(&j->err, 500, "internal_error", NULL, "out of memory queueing the request");
-        mf_job_wake_locked(j);
-        pthread_mutex_unlock(&j->mu);
-    }
+    mf_srv_prep_queue(s, j);
     return MHD_YES;
 }
 
@@ -240,6 +239,19 @@ enum MHD_Result mf_route_continue(mf_srv *s, struct MHD_Connection *conn, mf_job
         mf_oai_error err = j->err;
         pthread_mutex_unlock(&j->mu);
         return mf_http_reply_error(s, conn, &err);
+    }
+    if (st == MF_JOB_DONE && j->has_reply) { // a prep worker's answer (/tokenize, /detokenize)
+        mf_sbuf b = j->reply;
+        j->reply = (mf_sbuf){0};
+        j->has_reply = false;
+        pthread_mutex_unlock(&j->mu);
+        return reply_json(s, conn, 200, &b);
+    }
+    if (st == MF_JOB_PREP) { // woken early: a prep worker is still writing j->req
+        j->suspended = true;
+        MHD_suspend_connection(conn);
+        pthread_mutex_unlock(&j->mu);
+        return MHD_YES;
     }
     if (st != MF_JOB_QUEUED && j->req.stream) {
         j->streaming = true;
@@ -266,67 +278,98 @@ static void token_spelling(void *user, int32_t prev, int32_t id, mf_sbuf *out) {
     if (t) mf_sbuf_puts(out, t);
 }
 
-static enum MHD_Result tokenize(mf_srv *s, struct MHD_Connection *conn, const char *body, size_t len) {
-    mf_oai_error err = {0};
+// /tokenize's answer into *b.
+static bool tokenize_json(mf_srv *s, const char *body, size_t len, mf_sbuf *b, mf_oai_error *err) {
     mf_oai_request r;
-    if (!ready(s, &err) || !mf_oai_request_parse(MF_OAI_TOKENIZE, body, len, &r, &err))
-        return mf_http_reply_error(s, conn, &err);
+    if (!mf_oai_request_parse(MF_OAI_TOKENIZE, body, len, &r, err)) return false;
     int32_t *ids = NULL;
     int64_t n = 0;
-    bool ok = model_ok(s, &r, &err);
+    bool ok = model_ok(s, &r, err);
     if (ok && r.n_messages > 0) {
-        ok = render_chat(s, &r, &ids, &n, &err);
+        ok = render_chat(s, &r, &ids, &n, err);
     } else if (ok && r.prompts[0].text) {
         ok = encode(s, "prompt", r.prompts[0].text, r.add_special_tokens == 0 ? MF_BOS_NONE : MF_BOS_AUTO, 0, &ids, &n,
-                    &err);
+                    err);
     } else if (ok) { // ids: echoed back after the vocabulary check, as vLLM does
-        ok = ids_ok(s, "prompt", r.prompts[0].ids, r.prompts[0].n_ids, &err);
+        ok = ids_ok(s, "prompt", r.prompts[0].ids, r.prompts[0].n_ids, err);
         if (ok) {
             ids = r.prompts[0].ids;
             n = r.prompts[0].n_ids;
             r.prompts[0].ids = NULL;
         }
     }
-    enum MHD_Result rc;
-    if (!ok) {
-        rc = mf_http_reply_error(s, conn, &err);
-    } else {
-        mf_sbuf b = {0};
+    if (ok) {
         mf_oai_tokstr ts = {token_spelling, (void *)s->tok};
-        mf_oai_tokenize_json(&b, ids, n, s->max_model_len, r.return_token_strs && s->tok ? &ts : NULL);
-        rc = reply_json(s, conn, 200, &b);
+        mf_oai_tokenize_json(b, ids, n, s->max_model_len, r.return_token_strs && s->tok ? &ts : NULL);
     }
     free(ids);
     mf_oai_request_free(&r);
-    return rc;
+    return ok;
 }
 
-static enum MHD_Result detokenize(mf_srv *s, struct MHD_Connection *conn, const char *body, size_t len) {
-    mf_oai_error err = {0};
+// /detokenize's answer into *b.
+static bool detokenize_json(mf_srv *s, const char *body, size_t len, mf_sbuf *b, mf_oai_error *err) {
     mf_oai_request r;
-    if (!ready(s, &err) || !mf_oai_request_parse(MF_OAI_DETOKENIZE, body, len, &r, &err))
-        return mf_http_reply_error(s, conn, &err);
-    enum MHD_Result rc;
+    if (!mf_oai_request_parse(MF_OAI_DETOKENIZE, body, len, &r, err)) return false;
     char *text = NULL;
     size_t n = 0;
-    if (!model_ok(s, &r, &err) || !ids_ok(s, "tokens", r.tokens, r.n_tokens, &err)) {
-        rc = mf_http_reply_error(s, conn, &err);
-    } else if (!s->tok) {
-        rc = reply_err(s, conn, 400, INVALID, NULL, "the model has no tokenizer");
-    } else if (r.n_tokens > 0 && mf_tokenizer_decode(s->tok, r.tokens, r.n_tokens, &text, &n) != MF_OK) {
-        rc = reply_err(s, conn, 400, INVALID, "tokens", "tokens: %s", mf_last_error());
-    } else {
-        mf_sbuf b = {0};
-        mf_oai_detokenize_json(&b, text ? text : "", n);
-        rc = reply_json(s, conn, 200, &b);
+    bool ok = model_ok(s, &r, err) && ids_ok(s, "tokens", r.tokens, r.n_tokens, err);
+    if (ok && !s->tok) {
+        ok = mf_oai_error_set(err, 400, INVALID, NULL, "the model has no tokenizer");
+    } else if (ok && r.n_tokens > 0 && mf_tokenizer_decode(s->tok, r.tokens, r.n_tokens, &text, &n) != MF_OK) {
+        ok = mf_oai_error_set(err, 400, INVALID, "tokens", "tokens: %s", mf_last_error());
     }
+    if (ok) mf_oai_detokenize_json(b, text ? text : "", n);
     mf_tokenizer_free_buffer(text);
     mf_oai_request_free(&r);
-    return rc;
+    return ok;
 }
 
-enum MHD_Result mf_route_handle(mf_srv *s, struct MHD_Connection *conn, mf_route r, const char *body, size_t len,
-                                mf_job **job) {
+void mf_route_prepare(mf_srv *s, mf_job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool gone = j->gone;
+    pthread_mutex_unlock(&j->mu);
+    if (gone) { // the client left while the job was queued: nobody to answer
+        mf_job_unref(j);
+        return;
+    }
+    mf_oai_error err = {0};
+    mf_sbuf b = {0};
+    const char *body = j->body.p ? j->body.p : "";
+    size_t len = j->body.len;
+    bool completion = j->route == MF_ROUTE_COMPLETIONS || j->route == MF_ROUTE_CHAT;
+    bool ok = ready(s, &err);
+    if (ok && completion) ok = prepare_completion(s, j, body, len, &err);
+    else if (ok && j->route == MF_ROUTE_TOKENIZE) ok = tokenize_json(s, body, len, &b, &err);
+    else if (ok && j->route == MF_ROUTE_DETOKENIZE) ok = detokenize_json(s, body, len, &b, &err);
+    else if (ok) ok = mf_oai_error_set(&err, 500, "internal_error", NULL, "route %d has no prep work", j->route);
+    mf_sbuf_free(&j->body);
+    if (ok && completion) {
+        pthread_mutex_lock(&j->mu);
+        j->state = MF_JOB_QUEUED; // before the engine thread can see it (it sets RUNNING)
+        pthread_mutex_unlock(&j->mu);
+        if (mf_srv_submit(s, j)) {
+            mf_job_unref(j); // the engine thread holds its own; it resumes the connection
+            return;
+        }
+        ok = mf_oai_error_set(&err, 500, "internal_error", NULL, "out of memory queueing the request");
+    }
+    pthread_mutex_lock(&j->mu);
+    if (ok) {
+        j->state = MF_JOB_DONE;
+        j->reply = b;
+        j->has_reply = true;
+    } else {
+        j->state = MF_JOB_FAILED;
+        j->err = err;
+        mf_sbuf_free(&b);
+    }
+    mf_job_wake_locked(j);
+    pthread_mutex_unlock(&j->mu);
+    mf_job_unref(j);
+}
+
+enum MHD_Result mf_route_handle(mf_srv *s, struct MHD_Connection *conn, mf_route r, mf_sbuf *body, mf_job **job) {
     mf_oai_error err = {0};
     switch (r) {
     case MF_ROUTE_HEALTH:
@@ -356,9 +399,9 @@ enum MHD_Result mf_route_handle(mf_srv *s, struct MHD_Connection *conn, mf_route
         return reply_json(s, conn, 200, &b);
     }
     case MF_ROUTE_COMPLETIONS:
-    case MF_ROUTE_CHAT: return completions(s, conn, r, body, len, job);
-    case MF_ROUTE_TOKENIZE: return tokenize(s, conn, body, len);
-    case MF_ROUTE_DETOKENIZE: return detokenize(s, conn, body, len);
+    case MF_ROUTE_CHAT:
+    case MF_ROUTE_TOKENIZE:
+    case MF_ROUTE_DETOKENIZE: return queue_prep(s, conn, r, body, job);
     }
     return reply_err(s, conn, 500, "internal_error", NULL, "unknown route %d", (int)r);
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/sbuf.h"
 #include "server/oai_request.h"
 #include "server/server.h"
 
@@ -26,11 +27,15 @@ bool mf_route_match(const char *method, const char *url, mf_route *route, mf_oai
 // Whether the route needs an API key (when the server has any).
 bool mf_route_needs_key(mf_route r);
 
-// A complete request: either answers at once, or (completions) makes a job,
-// submits it, suspends the connection and sets *job (the connection's reference).
-enum MHD_Result mf_route_handle(mf_srv *s, struct MHD_Connection *conn, mf_route r, const char *body, size_t len,
-                                mf_job **job);
-// The connection of a submitted job was resumed: answer, stream, or suspend again.
+// HTTP thread, a complete request: either answers at once, or (completions,
+// /tokenize, /detokenize) makes a job that takes over *body, queues it for a
+// prep worker, suspends the connection and sets *job (the connection's reference).
+enum MHD_Result mf_route_handle(mf_srv *s, struct MHD_Connection *conn, mf_route r, mf_sbuf *body, mf_job **job);
+// HTTP thread: the connection of a queued job was resumed: answer, stream, or suspend again.
 enum MHD_Result mf_route_continue(mf_srv *s, struct MHD_Connection *conn, mf_job *j);
+// Prep worker: parses and tokenizes j's body, then submits j to the engine
+// thread (a completion) or stores the answer or error in j and resumes its
+// connection. Drops the worker's reference to j.
+void mf_route_prepare(mf_srv *s, mf_job *j);
 
 #endif // MF_SERVER_ROUTES_H

@@ -173,7 +173,7 @@ int mf_server_run(const mf_srv_opts *o) {
     s->seed_state = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)s;
     s->id_salt = splitmix(&s->seed_state);
     if (!mf_metrics_init(&s->metrics, o->served_name) || pthread_mutex_init(&s->mu, NULL) != 0 ||
-        pthread_cond_init(&s->cv, NULL) != 0) {
+        pthread_cond_init(&s->cv, NULL) != 0 || pthread_cond_init(&s->prep_cv, NULL) != 0) {
         fprintf(stderr, "minfer: error: serve: cannot create locks\n");
         return 1;
     }
@@ -194,6 +194,7 @@ int mf_server_run(const mf_srv_opts *o) {
         goto out;
     }
     s->engine_started = true;
+    if (!mf_srv_prep_start(s)) goto out;
     atomic_store(&s->state, MF_SRV_READY);
     fprintf(stderr, "minfer serve: ready on http://%s:%d (model %s)\n", o->host, s->port, o->served_name);
 
@@ -227,6 +228,7 @@ int mf_server_run(const mf_srv_opts *o) {
     }
     rc = 0;
 out:
+    mf_srv_prep_stop(s); // before the engine thread: a worker may still submit
     if (s->engine_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;
@@ -255,6 +257,7 @@ out:
     free(s->inbox);
     mf_metrics_free(&s->metrics);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->prep_cv);
     pthread_mutex_destroy(&s->mu);
     if (rc == 0) fprintf(stderr, "minfer serve: stopped\n");
     return rc;

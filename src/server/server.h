@@ -2,10 +2,15 @@
 //
 // Threads (docs/notes/server.md):
 //   - MHD's polling threads (--http-threads, a pool; a connection stays on
-//     one): HTTP, parsing, validation, tokenizing, building responses; they
-//     never touch the engine. Streams are responses whose reader suspends
-//     the connection while there is nothing to send. They share only what
-//     is under mu, a job's mu, metrics.mu, or read-only after READY.
+//     one): HTTP, building responses; they never touch the engine nor do
+//     heavy work: a completion, /tokenize or /detokenize body becomes a job
+//     for a prep worker and its connection is suspended. Streams are
+//     responses whose reader suspends the connection while there is nothing
+//     to send. They share only what is under mu, a job's mu, metrics.mu, or
+//     read-only after READY.
+//   - the prep workers (prep.c, MF_SRV_PREP_THREADS): parse, validate, chat
+//     template, tokenize; submit the job to the engine thread, or store the
+//     answer (or error) in the job and resume its connection.
 //   - the engine thread (engine_loop.c): the only caller of mf_engine_*; it
 //     takes submitted jobs, steps, appends each event to its job and resumes
 //     the job's connection.
@@ -26,6 +31,10 @@
 #include "server/opts.h"
 
 struct MHD_Daemon;
+
+// Prep workers: enough that one long prompt does not hold up the others;
+// tokenizing is single-threaded, and the engine thread wants a core.
+#define MF_SRV_PREP_THREADS 2
 
 typedef enum {
     MF_SRV_LOADING = 0,  // /health 503, completions 503
@@ -64,6 +73,11 @@ struct mf_srv {
     uint64_t seed_state;          // seeds for requests without one
     pthread_t engine_thread;
     bool engine_started;
+    pthread_cond_t prep_cv;       // the prep workers wait here for jobs
+    mf_job *prep_head, *prep_tail; // jobs queued for a prep worker (job.h's prep_next), FIFO
+    bool prep_stop;               // the prep workers fail what is queued and end
+    pthread_t prep_threads[MF_SRV_PREP_THREADS];
+    int n_prep_started;
 };
 
 // Runs the server until SIGINT/SIGTERM (blocking). Returns the exit status
@@ -76,6 +90,11 @@ bool mf_srv_submit(mf_srv *s, mf_job *j); // queues j for the engine thread (tak
 void mf_srv_poke(mf_srv *s);              // wakes the engine thread (a client left)
 uint64_t mf_srv_random_seed(mf_srv *s);
 void mf_srv_count_error(mf_srv *s);       // a 4xx/5xx response (metrics)
+
+// prep.c
+bool mf_srv_prep_start(mf_srv *s);        // false with a message on stderr (those started are stopped by _stop)
+void mf_srv_prep_queue(mf_srv *s, mf_job *j); // takes a reference to j for the worker
+void mf_srv_prep_stop(mf_srv *s);         // fails (503) what is still queued, joins the workers
 
 // engine_loop.c
 void *mf_srv_engine_main(void *srv);

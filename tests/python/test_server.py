@@ -562,6 +562,73 @@ def test_sigterm_deadline_aborts_with_an_error_event():
         srv.stop(signal.SIGKILL)
 
 
+def _send_raw(srv, path, body):
+    """A socket whose request was sent whole (read the answer with _read_raw)."""
+    body = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Connection: close\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    return s
+
+
+def _read_raw(s):
+    """(status, body) of a _send_raw answer (the server closes the connection);
+    status None: the connection was reset or closed without an answer."""
+    data = b""
+    try:
+        while True:
+            part = s.recv(65536)
+            if not part:
+                break
+            data += part
+    except ConnectionResetError:
+        data = b""
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return (int(head.split(b" ")[1]) if head else None), body
+
+
+def test_jobs_queued_for_prep_workers():
+    # Bodies are parsed and tokenized by 2 prep workers, off the HTTP threads.
+    # Six long /tokenize keep them busy, so a completion after them (most
+    # likely) waits in the prep queue: its client leaves there, and later a
+    # SIGTERM comes with jobs queued. Whenever each lands, nothing may leak
+    # or hang: answers are whole, the running gauge returns to 0, the KV
+    # blocks are freed, and the server drains and exits 0 with no job left.
+    verse = "And God said, Let there be light: and there was light. "
+    text = verse * (600 * 1024 // len(verse))
+    srv = Server("--max-body-mb", "4", "--shutdown-timeout", "20")
+    try:
+        _wait_idle(srv)
+        usage0 = srv.metric("vllm:kv_cache_usage_perc")
+        alone = srv.post("/tokenize", {"prompt": text})[1]["count"]
+        socks = [_send_raw(srv, "/tokenize", {"prompt": text}) for _ in range(6)]
+        gone = _send_raw(srv, "/v1/completions", {"prompt": "And God said", "max_tokens": 240, "ignore_eos": True,
+                                                   "stream": True})
+        gone.close()  # left while queued (or, on a fast machine, just after)
+        for s in socks:
+            status, body = _read_raw(s)
+            assert status == 200, body[:300]
+            assert json.loads(body)["count"] == alone
+        _wait_idle(srv)
+        assert srv.metric("vllm:kv_cache_usage_perc") == usage0
+        # SIGTERM with prep jobs queued: each is answered (200, or 503 once
+        # draining) and the server exits 0. A connection that MHD had not
+        # accepted, or whose body it had not read, when it stopped listening
+        # is closed without an answer (the drain waits for jobs, not uploads).
+        socks = [_send_raw(srv, "/tokenize", {"prompt": text}) for _ in range(4)]
+        socks.append(_send_raw(srv, "/v1/completions", {"prompt": "And God said", "max_tokens": 8}))
+        time.sleep(0.2)  # the bodies read (the outcome is checked whatever the timing)
+        srv.proc.send_signal(signal.SIGTERM)
+        statuses = [_read_raw(s) for s in socks]
+        assert all(st in (200, 503, None) for st, _ in statuses), [(st, b[:200]) for st, b in statuses]
+        assert srv.proc.wait(timeout=60) == 0
+        assert "job(s) left at exit" not in srv.text()
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
 # ---- start-up ---------------------------------------------------------------------------------------------
 
 def test_bad_options_and_template_refused_at_start():
