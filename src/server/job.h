@@ -90,7 +90,6 @@ typedef struct mf_job {
     double t_last_write;       // CLOCK_MONOTONIC of the last bytes handed to MHD (pings)
     mf_sbuf out;               // stream bytes built, not yet handed to MHD
     mf_sbuf reply;             // DONE by a prep worker (/tokenize, /detokenize): the 200 JSON body
-    bool has_reply;
     // ---- the server's list of live jobs, under srv->mu ------------------------------
     struct mf_job *prev, *next;
 } mf_job;

@@ -240,10 +240,10 @@ enum MHD_Result mf_route_continue(mf_srv *s, struct MHD_Connection *conn, mf_job
         pthread_mutex_unlock(&j->mu);
         return mf_http_reply_error(s, conn, &err);
     }
-    if (st == MF_JOB_DONE && j->has_reply) { // a prep worker's answer (/tokenize, /detokenize)
+    const bool prep_answer = j->route == MF_ROUTE_TOKENIZE || j->route == MF_ROUTE_DETOKENIZE;
+    if (st == MF_JOB_DONE && prep_answer) { // a prep worker's answer: j->reply
         mf_sbuf b = j->reply;
         j->reply = (mf_sbuf){0};
-        j->has_reply = false;
         pthread_mutex_unlock(&j->mu);
         return reply_json(s, conn, 200, &b);
     }
@@ -358,7 +358,6 @@ void mf_route_prepare(mf_srv *s, mf_job *j) {
     if (ok) {
         j->state = MF_JOB_DONE;
         j->reply = b;
-        j->has_reply = true;
     } else {
         j->state = MF_JOB_FAILED;
         j->err = err;
