@@ -835,7 +835,7 @@ static const bad_case bad_cases[] = {
     {"gemm: negative stride", FAM_GEMM, g_neg_stride, INV, "-6"},
     {"gemm: c on cuda", FAM_GEMM, g_device, INV, "cuda"},
     {"gemm: a device 5", FAM_GEMM, g_device5, INV, "device 5"},
-    {"gemm: b data NULL", FAM_GEMM, g_null_data, INV, "data is NULL"},
+    {"gemm: b data NULL", FAM_GEMM, g_null_data, INV, "gemm: b: data is NULL"},
     {"gemm: a batch 2 for c batch 3", FAM_GEMM, g_batch, INV, "batch 2"},
     {"gemm: c batches overlap", FAM_GEMM, g_c_batch_overlap, INV, "batch stride 6"},
     {"gemm: c column-major", FAM_GEMM, g_c_colmajor, UNS, "row-major"},
