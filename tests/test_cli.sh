@@ -285,6 +285,20 @@ says "info: --kv-dtype f16" "weights f32, activations f32, KV cache f16" info "$
 says "bench model: --kv-dtype bf16 column" ",bf16" bench model --synthetic tiny --backend cpu --seq 8 --gen 2 --iters 1 \
   --format csv --kv-dtype bf16
 good "generate --kv-dtype f16 (llama-tiny)" generate "${m[@]}" -p Hi -n 4 --seed 1 --backend cpu --kv-dtype f16
+# --mmap (the CPU's weights in place from the file instead of copied into huge pages): the same
+# greedy text either way; taken by every model-loading command
+"$bin" generate "${m[@]}" -p Hi -n 8 --temp 0 --backend cpu >"$tmp/copy.txt" 2>/dev/null
+"$bin" generate "${m[@]}" -p Hi -n 8 --temp 0 --backend cpu --mmap >"$tmp/mmap.txt" 2>/dev/null
+if [[ -s $tmp/copy.txt ]] && cmp -s "$tmp/copy.txt" "$tmp/mmap.txt"; then
+  pass=$((pass + 1))
+  echo "ok   generate --mmap: the same greedy text as the copied weights"
+else
+  fail=$((fail + 1))
+  echo "FAIL generate --mmap: greedy text '$(head -c 100 "$tmp/mmap.txt")' vs copied '$(head -c 100 "$tmp/copy.txt")'"
+fi
+good "info --mmap" info "${m[@]}" --backend cpu --mmap
+good "bench model --mmap" bench model "${m[@]}" --backend cpu --seq 8 --gen 2 --iters 1 --format csv --mmap
+bad "unknown option --mmap=1" generate "${m[@]}" -p Hi --mmap=1
 # Idle OpenMP threads sleep (minfer re-executes itself with OMP_WAIT_POLICY=PASSIVE unless the
 # user chose a policy): spinning ones took the cores from OpenBLAS's threads and from other
 # processes on a shared machine (docs/notes/cpu.md, "Threads").

@@ -539,37 +539,42 @@ static void fixture_close(fixture *f) {
 }
 
 // The CPU's weight dtypes (mf_model_opts.dtype / dtype_auto): a bf16
-// checkpoint keeps its matrices in bf16 as views into the mmap by default
-// (norms widened to f32), or is widened (f32) / converted (f16) on request;
-// an f32 checkpoint can be stored in bf16. Every variant against HF's logits
-// for the fixture prompt; the stored bytes against the checkpoint's shapes.
+// checkpoint keeps its matrices in bf16 by default (norms widened to f32),
+// copied into the backend's memory, or as views into the file's mapping with
+// opts.mmap; or is widened (f32) / converted (f16) on request; an f32
+// checkpoint can be stored in bf16. Every variant against HF's logits for the
+// fixture prompt; the stored bytes against the checkpoint's shapes.
 static void test_weight_dtypes(mf_backend *cpu) {
     static const struct {
         const char *fx;
         bool dtype_auto;
         mf_dtype dt, want;   // asked, and the matrices' dtype
-        bool views;          // the matrices are views into the checkpoint's mmap
+        bool mmap, views;    // opts.mmap; the matrices are views into the checkpoint's mapping
         double tol;          // max row rel err of the logits vs HF
     } cases[] = {
-        {"llama-tiny-bf16", true, MF_DTYPE_F32, MF_DTYPE_BF16, true, 1e-4},
-        {"llama-tiny-bf16", false, MF_DTYPE_F32, MF_DTYPE_F32, false, 1e-4},
-        {"llama-tiny-bf16", false, MF_DTYPE_F16, MF_DTYPE_F16, false, 1e-4}, // its bf16 values are f16 values
-        {"llama-tiny-bf16", false, MF_DTYPE_BF16, MF_DTYPE_BF16, true, 1e-4},
-        {"mixtral-tiny", true, MF_DTYPE_F32, MF_DTYPE_BF16, true, 1e-4},
-        {"gpt2-tiny", true, MF_DTYPE_F32, MF_DTYPE_F32, true, 1e-4},
-        {"gpt2-tiny", false, MF_DTYPE_BF16, MF_DTYPE_BF16, false, 3e-2},
+        {"llama-tiny-bf16", true, MF_DTYPE_F32, MF_DTYPE_BF16, false, false, 1e-4},
+        {"llama-tiny-bf16", true, MF_DTYPE_F32, MF_DTYPE_BF16, true, true, 1e-4},
+        {"llama-tiny-bf16", false, MF_DTYPE_F32, MF_DTYPE_F32, true, false, 1e-4},
+        {"llama-tiny-bf16", false, MF_DTYPE_F16, MF_DTYPE_F16, false, false, 1e-4}, // its bf16 values are f16 values
+        {"llama-tiny-bf16", false, MF_DTYPE_BF16, MF_DTYPE_BF16, true, true, 1e-4},
+        {"mixtral-tiny", true, MF_DTYPE_F32, MF_DTYPE_BF16, true, true, 1e-4},
+        {"mixtral-tiny", true, MF_DTYPE_F32, MF_DTYPE_BF16, false, false, 1e-4},
+        {"qwen2-moe-tiny", true, MF_DTYPE_F32, MF_DTYPE_F32, true, true, 1e-4}, // experts packed, the rest in place
+        {"gpt2-tiny", true, MF_DTYPE_F32, MF_DTYPE_F32, true, true, 1e-4},
+        {"gpt2-tiny", true, MF_DTYPE_F32, MF_DTYPE_F32, false, false, 1e-4},
+        {"gpt2-tiny", false, MF_DTYPE_BF16, MF_DTYPE_BF16, false, false, 3e-2},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char name[128];
-        snprintf(name, sizeof name, "weight dtypes(%s, %s)", cases[c].fx,
-                 cases[c].dtype_auto ? "auto" : mf_dtype_name(cases[c].dt));
+        snprintf(name, sizeof name, "weight dtypes(%s, %s%s)", cases[c].fx,
+                 cases[c].dtype_auto ? "auto" : mf_dtype_name(cases[c].dt), cases[c].mmap ? ", mmap" : "");
         fixture f;
         if (!fixture_open(cases[c].fx, &f)) {
             report(false, name, "cannot read the fixture");
             fixture_close(&f);
             continue;
         }
-        const mf_model_opts mo = {.dtype = cases[c].dt, .dtype_auto = cases[c].dtype_auto};
+        const mf_model_opts mo = {.dtype = cases[c].dt, .dtype_auto = cases[c].dtype_auto, .mmap = cases[c].mmap};
         mf_model *m = NULL;
         if (!check_ok(name, mf_model_load(f.dir, cpu, &mo, &m))) {
             fixture_close(&f);
@@ -715,39 +720,49 @@ static void test_cpu_threads(mf_backend *cpu) {
 #ifdef _OPENMP
     const int threads = omp_get_max_threads();
     fixture f;
-    mf_model *m = NULL;
-    if (!fixture_open("llama-tiny-bf16", &f) || !check_ok("cpu threads", mf_model_load(f.dir, cpu, NULL, &m))) {
-        report(false, "cpu threads", "cannot load llama-tiny-bf16");
+    if (!fixture_open("llama-tiny-bf16", &f)) {
+        report(false, "cpu threads", "cannot read llama-tiny-bf16");
         fixture_close(&f);
         return;
     }
     const int64_t N = f.n_prompt, V = f.vocab;
     float *lg[2] = {malloc((size_t)(2 * N * V) * sizeof(float)), malloc((size_t)(2 * N * V) * sizeof(float))};
-    for (int isa = 1; isa >= 0 && lg[0] && lg[1]; isa--) {
-        const bool on = mf_cpu_avx2_set(isa == 1);
-        if (isa == 1 && !on) continue; // no AVX2 here: the baseline run below covers it
-        char name[96];
-        snprintf(name, sizeof name, "cpu threads(%s kernels)", on ? "avx2+fma" : "portable");
-        bool ok = true;
-        for (int t = 0; t < 2 && ok; t++) {
-            omp_set_num_threads(t + 1);
-            mf_session *s = NULL;
-            ok = check_ok(name, mf_session_create(m, 2, 64, &s)) && check_ok(name, fwd1(s, 0, f.prompt, N, MF_LOGITS_ALL, lg[t]));
-            for (int64_t i = 0; ok && i < N; i++) ok = check_ok(name, fwd1(s, 1, f.prompt + i, 1, MF_LOGITS_LAST, lg[t] + (N + i) * V));
-            mf_session_free(s);
+    // its bf16 matrices kept (the skinny loops; widened panels on prefill), and widened to f32 (OpenBLAS)
+    const mf_model_opts opts[2] = {{.dtype_auto = true}, {.dtype = MF_DTYPE_F32}};
+    for (int w = 0; w < 2 && lg[0] && lg[1]; w++) {
+        mf_model *m = NULL;
+        if (!check_ok("cpu threads", mf_model_load(f.dir, cpu, &opts[w], &m))) continue;
+        for (int isa = 1; isa >= 0; isa--) {
+            const bool on = mf_cpu_avx2_set(isa == 1);
+            if (isa == 1 && !on) continue; // no AVX2 here: the baseline run below covers it
+            char name[96];
+            snprintf(name, sizeof name, "cpu threads(%s weights, %s kernels)", w ? "f32" : "bf16",
+                     on ? "avx2+fma" : "portable");
+            bool ok = true;
+            for (int t = 0; t < 2 && ok; t++) {
+                omp_set_num_threads(t + 1);
+                mf_session *s = NULL;
+                ok = check_ok(name, mf_session_create(m, 2, 64, &s)) &&
+                     check_ok(name, fwd1(s, 0, f.prompt, N, MF_LOGITS_ALL, lg[t]));
+                for (int64_t i = 0; ok && i < N; i++)
+                    ok = check_ok(name, fwd1(s, 1, f.prompt + i, 1, MF_LOGITS_LAST, lg[t] + (N + i) * V));
+                mf_session_free(s);
+            }
+            int64_t differ = 0; // rows: the prompt's N, then the N decode steps
+            for (int64_t r = 0; ok && r < 2 * N; r++) differ += memcmp(lg[0] + r * V, lg[1] + r * V, (size_t)V * 4) != 0;
+            if (ok)
+                report(differ == 0 && row_rel_err(lg[0], NULL, f.logits, N, V) <= 1e-4, name,
+                       "prefill + %lld decode steps: 1 and 2 threads give the same bits (%lld of %lld rows differ; "
+                       "max row rel err vs HF %.2e)", (long long)N, (long long)differ, (long long)(2 * N),
+                       row_rel_err(lg[0], NULL, f.logits, N, V));
         }
-        if (ok)
-            report(memcmp(lg[0], lg[1], (size_t)(2 * N * V) * sizeof(float)) == 0 &&
-                       row_rel_err(lg[0], NULL, f.logits, N, V) <= 1e-4,
-                   name, "prefill + %lld decode steps: 1 and 2 threads give the same bits (max row rel err vs HF %.2e)",
-                   (long long)N, row_rel_err(lg[0], NULL, f.logits, N, V));
+        mf_model_free(m);
     }
     const char *isa = getenv("MINFER_CPU_ISA"); // back to the environment's choice
     mf_cpu_avx2_set(!(isa && !strcmp(isa, "baseline")));
     omp_set_num_threads(threads);
     free(lg[0]);
     free(lg[1]);
-    mf_model_free(m);
     fixture_close(&f);
 #else
     (void)cpu;
@@ -816,14 +831,14 @@ static void test_fixture(mf_backend *cpu, const char *fx) {
                        info.n_active_params == info.n_params - (E - k) * info.n_layers * per_expert,
                    sub, "%d experts (config %lld), top-%d (config %lld), active %lld of %lld params", info.n_experts,
                    (long long)E, info.top_k, (long long)k, (long long)info.n_active_params, (long long)info.n_params);
-            // The experts are packed into the weight block at load; an f32 checkpoint keeps its
-            // other tensors in place in the mmap (the mixed path: qwen2-moe-tiny is f32).
+            // The experts are packed into the weight block at load, and by default every
+            // other tensor is copied there too (in place from the mapping with opts.mmap,
+            // the mixed path: test_weight_dtypes' qwen2-moe-tiny, an f32 checkpoint).
             const mf_layer_weights *L0 = &m->w.layers[0];
             const char *blk = m->w.block, *ew = L0->experts_w1.data;
             const bool packed = ew >= blk && ew < blk + m->w.block_bytes && L0->experts_w1.ndim == 3;
-            const bool f32_ckpt = !strcmp(fx, "qwen2-moe-tiny");
             snprintf(sub, sizeof sub, "%s load layout", name);
-            report(packed && (!f32_ckpt || m->w.st != NULL), sub,
+            report(packed && m->w.st == NULL, sub,
                    "experts packed (%lld, %lld, %lld) in the weight block: %s; other tensors %s", (long long)E,
                    (long long)L0->experts_w1.shape[1], (long long)L0->experts_w1.shape[2], packed ? "yes" : "NO",
                    m->w.st ? "used in place from the mmap" : "copied");

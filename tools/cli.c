@@ -35,7 +35,7 @@ int mf_cli_open_model(const mf_model_args *o, bool verbose, mf_backend **be, mf_
     *be = NULL, *m = NULL;
     if (mf_backend_init(o->backend ? o->backend : "auto", be) != MF_OK) return mf_cli_fail("backend");
     mf_model_opts mo = {.dtype = o->dtype, .dtype_auto = o->dtype_auto, .attn = o->attn, .verbose = verbose,
-                        .kv_dtype = o->kv_dtype};
+                        .kv_dtype = o->kv_dtype, .mmap = o->mmap};
     mf_status s = o->synthetic ? mf_model_synthetic(o->synthetic, o->seed, *be, &mo, m)
                                : mf_model_load(o->dir, *be, &mo, m);
     if (s != MF_OK) {

@@ -184,6 +184,10 @@ mf_args_result mf_parse_generate_args(int argc, char **argv, mf_generate_opts *o
             o->no_graphs = true;
             continue;
         }
+        if (!strcmp(a, "--mmap")) {
+            o->mmap = true;
+            continue;
+        }
         if (!mf_args_one_of(a, valued)) return mf_args_bad(err, "unknown option %.80s (see minfer generate --help)", a);
         const char *v = NULL;
         mf_args_result r = mf_args_value(argc, argv, &i, &v, err);
@@ -238,6 +242,8 @@ mf_args_result mf_args_model_set(mf_model_args *o, const char *a, const char *v,
         o->no_graphs = true;
     } else if (!strcmp(a, "--host-argmax")) {
         o->host_argmax = true;
+    } else if (!strcmp(a, "--mmap")) {
+        o->mmap = true;
     } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
         o->dir = v;
     } else if (!strcmp(a, "--synthetic")) {

@@ -53,6 +53,7 @@ typedef struct {
     mf_bos_mode bos;               // --bos / --no-bos (MF_BOS_AUTO)
     bool no_graphs;                // --no-graphs: decode steps launch their ops (no CUDA Graphs)
     const char *kv_dtype;          // --kv-dtype auto|f32|f16|bf16 (NULL: auto)
+    bool mmap;                     // --mmap: CPU weights in place from the file (mf_model_opts.mmap)
 } mf_generate_opts;
 
 // The model options of score, info and bench model.
@@ -68,6 +69,7 @@ typedef struct {
     bool host_argmax;      // --host-argmax: bench model's greedy steps take the logits to the host
     int32_t topk;          // --topk K: bench model's decode steps return K candidates (0: the argmax)
     const char *kv_dtype;  // --kv-dtype auto|f32|f16|bf16 (NULL: auto; mf_model_opts.kv_dtype)
+    bool mmap;             // --mmap: CPU weights in place from the file (mf_model_opts.mmap)
 } mf_model_args;
 
 // minfer score -m DIR (-p TEXT | --tokens 1,2,3) [options]
@@ -116,7 +118,7 @@ mf_args_result mf_args_either(const char *flag, const char *v, const char *x, co
 // The model options: those that take a value, and those that take none.
 #define MF_ARGS_MODEL_VALUED "-m", "--model", "--synthetic", "--backend", "--dtype", "--seed", "--attn", "--topk", \
                              "--kv-dtype"
-#define MF_ARGS_MODEL_FLAGS "--no-graphs", "--host-argmax"
+#define MF_ARGS_MODEL_FLAGS "--no-graphs", "--host-argmax", "--mmap"
 // Sets model option `flag` (value NULL for MF_ARGS_MODEL_FLAGS).
 mf_args_result mf_args_model_set(mf_model_args *o, const char *flag, const char *value, char *err);
 // A model option at argv[*i] (its value consumed): MF_ARGS_OK with *taken

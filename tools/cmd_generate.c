@@ -36,6 +36,8 @@ static void help(FILE *f) {
             "                        bf16, f16 or f32 (the CPU computes in f32: D is its weights' storage)\n"
             "  --kv-dtype D          the KV cache: auto (default: CUDA the activations' dtype, CPU f32), f32,\n"
             "                        f16 or bf16 (CPU: half the cache's memory; CUDA: its activation dtype only)\n"
+            "  --mmap                CPU: use the checkpoint's weights in place from the file's mapping (fast\n"
+            "                        load, shared pages) instead of copying them into huge pages (faster decode)\n"
             "  --no-graphs           launch every op of a decode step (default on CUDA: replay a\n"
             "                        recorded CUDA Graph per step)\n",
             MF_ARGS_MAX_STOP);
@@ -76,7 +78,7 @@ int mf_cmd_generate(int argc, char **argv) {
         goto done;
     }
     mf_model_opts mo = {.dtype = o.dtype, .dtype_auto = o.dtype_auto, .verbose = true, // flash: the engine's
-                        .kv_dtype = o.kv_dtype};
+                        .kv_dtype = o.kv_dtype, .mmap = o.mmap};
     if (mf_model_load(o.dir, be, &mo, &m) != MF_OK) {
         mf_cli_fail("generate: %s", o.dir);
         goto done;

@@ -22,8 +22,8 @@ typedef struct {
                          // weight matrices' storage: F32 (widened at load), F16 or BF16
                          // (half the memory and bytes per decode step; widened in registers).
     bool dtype_auto;     // ignore dtype (opts NULL: the same): CUDA BF16; CPU each matrix in
-                         // its checkpoint's dtype (f16/bf16 kept, used in place from the
-                         // file; f32 stays f32), synthetic weights f32
+                         // its checkpoint's dtype (f16/bf16 kept, f32 stays f32),
+                         // synthetic weights f32
     const char *attn;    // "flash" (mf_attention: online softmax over the KV cache, no
                          // scores buffer; the default, NULL) or "classic" (QK^T GEMM ->
                          // mf_softmax -> P.V GEMM: the reference and the "before")
@@ -33,6 +33,11 @@ typedef struct {
                           // reads a 16-bit cache in place and computes in f32: half the cache's
                           // memory and bytes a step; accuracy in docs/notes/cpu.md); CUDA: only
                           // the activation dtype (else MF_ERR_UNSUPPORTED).
+    bool mmap;           // CPU: use the checkpoint's matrices in place from its file mapping where
+                         // their dtype allows (instant load, pages shared with other processes)
+                         // instead of copying every weight into memory advised for huge pages
+                         // (the default: a decode step streams its weights ~20% faster there,
+                         // and q|k|v and gate|up are stacked; docs/notes/cpu.md). CUDA: unused.
 } mf_model_opts;
 
 // Loads <dir>/config.json, model.safetensors (or the sharded index) and, when

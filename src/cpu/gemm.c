@@ -207,10 +207,11 @@ static void widen_lines(const mf_tensor *t, const mf_mat_layout *l, int64_t bt, 
 }
 
 // A 16-bit b (a weight with m > 8 rows of a: prefill) is widened in panels of
-// columns, at most this many f32 elements for all threads together (16 MB:
-// the whole weight would take 4x its own size, 154 MB for GPT-2's LM head;
-// 8 MB made 4 panels of 192 columns of a 3072 x 768 b on 2 threads, whose
-// short row segments widened slower: 3.2 against 2.7 ms per call at m = 32).
+// columns, each at most a quarter of this many f32 elements (4 threads stage
+// 16 MB together: the whole weight would take 4x its own size, 154 MB for
+// GPT-2's LM head; 8 MB made 4 panels of 192 columns of a 3072 x 768 b on 2
+// threads, whose short row segments widened slower: 3.2 against 2.7 ms per
+// call at m = 32).
 enum { WIDE_PANEL = 4 << 20 };
 
 int mf_cpu_blas_serial(bool par) {
@@ -224,14 +225,17 @@ void mf_cpu_blas_restore(int saved) {
     if (saved > 0) openblas_set_num_threads(saved);
 }
 
-// Columns per panel of a 16-bit b (k x n) for `threads` threads: a multiple
-// of 16, and a multiple of `threads` panels of equal width, so that the
-// threads finish together.
-static int64_t wide_panel_cols(int64_t k, int64_t n, int threads) {
-    int64_t per = WIDE_PANEL / threads / (k > 0 ? k : 1); // one thread's staging
+// Columns per panel of a 16-bit b (k x n): a multiple of 16, at most a
+// quarter of WIDE_PANEL each, an even number of panels of equal width (two
+// threads, the common case, finish together). Not a function of the thread
+// count: OpenBLAS's sums for a column depend on the width of the sgemm call
+// (llama-tiny-bf16's fused q|k|v prefill gave other bits on 1 and 2 threads
+// when the panels followed the threads), and a forward's bits must not.
+static int64_t wide_panel_cols(int64_t k, int64_t n) {
+    int64_t per = WIDE_PANEL / 4 / (k > 0 ? k : 1);
     per = per < 16 ? 16 : per;
     int64_t panels = (n + per - 1) / per;
-    panels = (panels + threads - 1) / threads * threads;
+    panels += panels & 1;
     const int64_t nb = ((n + panels - 1) / panels + 15) / 16 * 16;
     return nb < n ? nb : n;
 }
@@ -336,7 +340,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
     // b's panel: nb columns of b (k x nb f32), for a 16-bit b outside the skinny loops
     const int threads = stage_b ? omp_get_max_threads() : 1;
-    const int64_t nb = stage_b ? wide_panel_cols(k, n, threads) : 0;
+    const int64_t nb = stage_b ? wide_panel_cols(k, n) : 0;
     float *wa = NULL, *wb = NULL, *tc = NULL, *part = NULL;
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
     bool wb_owned = false; // wb from the backend's kept staging (page faults once) or, when busy, malloc

@@ -58,6 +58,8 @@ const char *mf_srv_opts_help(void) {
            "  --max-queue N              requests waiting for the engine at most; more: 429 (default 1024)\n"
            "  --backend B                auto (default), cpu or cuda\n"
            "  --dtype D                  auto (default), bf16, f16 or f32\n"
+           "  --mmap                     CPU: weights in place from the checkpoint's file mapping (fast load,\n"
+           "                             shared pages) instead of copied into huge pages (faster decode)\n"
            "  --chat-template NAME       force a chat template (default: recognised from the checkpoint)\n"
            "  --max-body-mb MB           request bodies larger than this get 413 (default 8)\n"
            "  --shutdown-timeout S       seconds in-flight requests get to finish on SIGINT/SIGTERM (default 30)\n"
@@ -80,6 +82,10 @@ mf_srv_opts_result mf_srv_opts_parse(int argc, char **argv, mf_srv_opts *o, char
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return MF_SRV_OPTS_HELP;
         if (!strcmp(a, "--no-prefix-cache")) {
             o->no_prefix_cache = true;
+            continue;
+        }
+        if (!strcmp(a, "--mmap")) {
+            o->mmap = true;
             continue;
         }
         bool known = false;

@@ -33,6 +33,7 @@ typedef struct {
     const char *backend;                   // --backend auto|cpu|cuda (auto)
     mf_dtype dtype;                        // --dtype bf16|f16|f32 (valid when !dtype_auto)
     bool dtype_auto;                       // --dtype auto (the default)
+    bool mmap;                             // --mmap: CPU weights in place from the file (mf_model_opts.mmap)
     const char *chat_template;             // --chat-template NAME (NULL: the checkpoint's)
     int64_t max_body;                      // --max-body-mb MB -> bytes (8 MiB); larger bodies: 413
     double shutdown_timeout;               // --shutdown-timeout S: SIGINT/SIGTERM lets requests finish this long (30)

@@ -113,7 +113,7 @@ static bool load(mf_srv *s) {
         fprintf(stderr, "minfer: error: serve: backend: %s\n", mf_last_error());
         return false;
     }
-    mf_model_opts mo = {.dtype = o->dtype, .dtype_auto = o->dtype_auto, .verbose = true};
+    mf_model_opts mo = {.dtype = o->dtype, .dtype_auto = o->dtype_auto, .verbose = true, .mmap = o->mmap};
     if (mf_model_load(o->dir, s->be, &mo, &s->model) != MF_OK) {
         fprintf(stderr, "minfer: error: serve: %s: %s\n", o->dir, mf_last_error());
         return false;

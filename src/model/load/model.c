@@ -98,6 +98,7 @@ static mf_status check_opts(const char *fn, mf_backend *be, const mf_model_opts 
     const bool cpu = mf_backend_device(be) == MF_DEVICE_CPU;
     if (cpu) { // the CPU computes in f32; its GEMM reads 16-bit weights
         m->mat_auto = dtype_auto;
+        m->mmap = opts && opts->mmap;
         if (dtype_auto) m->mat_dtype = MF_DTYPE_F32; // for matrices that are not all f16 or all bf16
         m->dtype = MF_DTYPE_F32;
     }
@@ -136,7 +137,7 @@ mf_status mf_model_alloc(mf_backend *be, const mf_model_opts *opts, const char *
 
 mf_weights_target mf_model_wtarget(const mf_model *m, bool verbose) {
     return (mf_weights_target){.spec = &m->spec, .map = m->fam ? m->fam->weight_map : NULL, .be = m->be, .dtype = m->dtype,
-                               .mat_dtype = m->mat_dtype, .mat_auto = m->mat_auto, .verbose = verbose};
+                               .mat_dtype = m->mat_dtype, .mat_auto = m->mat_auto, .mmap = m->mmap, .verbose = verbose};
 }
 
 void mf_model_moe_args(const mf_model *m, int32_t l, mf_moe_args *a) {

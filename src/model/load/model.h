@@ -35,6 +35,7 @@ struct mf_model {
     mf_dtype kv_dtype;        // the KV cache (mf_model_opts.kv_dtype; CUDA: dtype)
     mf_dtype mat_dtype;       // the weight matrices asked for (CUDA: dtype; CPU: f32, f16 or bf16)
     bool mat_auto;            // CPU: matrices keep their checkpoint's f16/bf16 (opts NULL or dtype_auto)
+    bool mmap;                // CPU: matrices used in place from the file mapping (opts->mmap)
     mf_attn_kind attn;        // what its sessions run (mf_model_opts.attn)
     mf_weights w;
     mf_tokenizer *tok;        // NULL: none

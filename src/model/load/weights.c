@@ -7,11 +7,14 @@
 // is checked against the checkpoint (names, shapes, dtypes: errors name the
 // tensor and its file) before anything is allocated, then the slots are
 // placed in the block, converted and uploaded.
+#define _DEFAULT_SOURCE // madvise
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -72,8 +75,12 @@ static inline float st_load(const mf_st_tensor *t, int64_t i) {
 // Elements [start, start + n) of t into dst (dtype dt, host).
 static void convert_st(const mf_st_tensor *t, int64_t start, int64_t n, void *dst, mf_dtype dt) {
     const size_t es = mf_dtype_size(dt);
-    if (t->dtype == dt) {
-        memcpy(dst, (const char *)t->data + start * (int64_t)es, (size_t)n * es);
+    if (t->dtype == dt) { // in 1 MB pieces over the threads: faulting in the destination's pages is most of it
+        const int64_t bytes = n * (int64_t)es, piece = 1 << 20;
+#pragma omp parallel for schedule(static) if (bytes > piece)
+        for (int64_t o = 0; o < bytes; o += piece)
+            memcpy((char *)dst + o, (const char *)t->data + start * (int64_t)es + o,
+                   (size_t)(bytes - o < piece ? bytes - o : piece));
         return;
     }
 #pragma omp parallel for schedule(static)
@@ -149,15 +156,27 @@ typedef struct {
 
 // n elements from src into the block at byte offset off, in dtype dt, through
 // the staging buffer in chunks (CUDA) or directly (CPU).
+// Elements [start, start + n) of t are copied: their whole pages of the
+// file's mapping leave this process (they stay in the page cache, and a later
+// read maps them again), so that a load's peak RSS is the weights, not the
+// weights and the file.
+static void drop_pages(const mf_st_tensor *t, int64_t start, int64_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), es = mf_dtype_size(t->dtype);
+    const uintptr_t a = ((uintptr_t)t->data + (uintptr_t)start * es + page - 1) / page * page,
+                    b = ((uintptr_t)t->data + (uintptr_t)(start + n) * es) / page * page;
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); // advice: an error changes nothing
+}
+
 static mf_status fill(filler *f, int64_t off, const source *src, int64_t n, mf_dtype dt) {
     const int64_t es = (int64_t)mf_dtype_size(dt);
     const int64_t chunk = (int64_t)(f->stage_bytes / (size_t)es);
     for (int64_t i = 0; i < n; i += chunk) {
         const int64_t k = n - i < chunk ? n - i : chunk;
         void *dst = f->host ? (void *)(f->block + off + i * es) : f->stage;
-        if (src->t)
+        if (src->t) {
             convert_st(src->t, i, k, dst, dt);
-        else
+            drop_pages(src->t, i, k);
+        } else
             fill_random(src->seed, src->stream, src->mean, src->std, i, k, dst, dt);
         if (!f->host) {
             MF_TRY(mf_backend_copy(f->be, f->block + off + i * es, f->stage, (size_t)(k * es), MF_COPY_H2D));
@@ -362,7 +381,7 @@ mf_status mf_weights_load(mf_weights *w, const mf_weights_target *t, mf_st_file 
     wplan p = {0};
     mf_status s = plan(t, w, false, st, &p);
     if (s == MF_OK) s = check_sources(st, &p);
-    bool in_place = s == MF_OK && mf_backend_device(t->be) == MF_DEVICE_CPU;
+    bool in_place = s == MF_OK && t->mmap && mf_backend_device(t->be) == MF_DEVICE_CPU;
     for (int32_t i = 0; i < p.n && in_place; i++)
         if (slot_in_place(&p.v[i]) && p.v[i].cols && !slot_mappable(t, &p.v[i])) in_place = false;
     if (s == MF_OK && !in_place) { // copying anyway: stack q|k|v and gate|up

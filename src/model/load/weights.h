@@ -5,8 +5,10 @@
 // used in place, plus the RoPE frequencies. CPU: vectors (norms, biases) in
 // f32; matrices in f32, f16 or bf16 (the target's mat_dtype, or with
 // mat_auto their checkpoint's 16-bit dtype: the CPU's GEMM widens them in
-// registers); tensors already in their dtype and aligned are views into the
-// read-only mmap (`st` kept open). CUDA: everything in the model dtype,
+// registers); with the target's mmap, tensors already in their dtype and
+// aligned are views into the read-only mmap (`st` kept open), else every one
+// is copied (q|k|v and gate|up stacked) into the block, whose pages the CPU
+// backend advises for huge pages. CUDA: everything in the model dtype,
 // uploaded through a host staging buffer.
 #ifndef MF_MODEL_WEIGHTS_H
 #define MF_MODEL_WEIGHTS_H
@@ -32,6 +34,8 @@ typedef struct {
     mf_dtype mat_dtype;       // matrices (2-D and the experts' 3-D)
     bool mat_auto;            // CPU: a matrix whose sources are all f16 (or all bf16) keeps that
                               // dtype; the others take mat_dtype
+    bool mmap;                // CPU: matrices in their dtype stay views into the file mapping
+                              // (else every tensor is copied into the backend's memory)
     bool verbose;             // progress on stderr
 } mf_weights_target;
 
