@@ -2,7 +2,9 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +165,22 @@ static bool load(mf_srv *s) {
     return true;
 }
 
+// The model loads on a thread of its own, so that the main thread can take
+// SIGINT/SIGTERM meanwhile: a large checkpoint takes seconds to copy, and a
+// Ctrl-C must not wait for it.
+typedef struct {
+    mf_srv *s;
+    bool ok;
+    atomic_bool done;
+} srv_loader;
+
+static void *load_main(void *p) {
+    srv_loader *l = p;
+    l->ok = load(l->s);
+    atomic_store(&l->done, true);
+    return NULL;
+}
+
 int mf_server_run(const mf_srv_opts *o) {
     static mf_srv srv; // one server per process: signals are process-wide
     mf_srv *s = &srv;
@@ -188,7 +206,25 @@ int mf_server_run(const mf_srv_opts *o) {
     int rc = 1;
     if (!mf_srv_http_start(s)) goto out;
     fprintf(stderr, "minfer serve: listening on http://%s:%d (loading %s)\n", o->host, s->port, o->dir);
-    if (!load(s)) goto out;
+    srv_loader ld = {.s = s};
+    atomic_init(&ld.done, false);
+    pthread_t loader;
+    if (pthread_create(&loader, NULL, load_main, &ld) != 0) {
+        fprintf(stderr, "minfer: error: serve: cannot start the loading thread\n");
+        goto out;
+    }
+    int sig = 0;
+    while (!atomic_load(&ld.done))
+        if (wait_signal(&sigs, 0.05, &sig)) {
+            // Nothing is in flight (every route answers 503 while loading), and
+            // the load cannot be interrupted: stop listening and leave now.
+            fprintf(stderr, "minfer serve: %s while loading %s: stopped\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                    o->dir);
+            mf_srv_http_stop(s);
+            _exit(0);
+        }
+    pthread_join(loader, NULL);
+    if (!ld.ok) goto out;
     if (pthread_create(&s->engine_thread, NULL, mf_srv_engine_main, s) != 0) {
         fprintf(stderr, "minfer: error: serve: cannot start the engine thread\n");
         goto out;
@@ -198,7 +234,6 @@ int mf_server_run(const mf_srv_opts *o) {
     atomic_store(&s->state, MF_SRV_READY);
     fprintf(stderr, "minfer serve: ready on http://%s:%d (model %s)\n", o->host, s->port, o->served_name);
 
-    int sig = 0;
     while (!wait_signal(&sigs, 0.25, &sig)) tick(s);
 
     // Drain: stop accepting, let in-flight requests finish until the deadline.

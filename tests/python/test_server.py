@@ -692,3 +692,92 @@ def test_one_http_thread_serves():
         assert srv.post("/tokenize", {"prompt": "In the beginning"})[0] == 200
     finally:
         assert srv.stop() == 0
+
+
+def test_sse_pings_while_a_stream_waits():
+    # One sequence slot, three long requests ahead: the streamed one waits in the queue with
+    # nothing to send, and gets ": ping" comments (--ping-interval 0.05; the ticker runs every
+    # 0.25 s) that a client ignores and a dead client fails on. Its events are whole after them.
+    srv = Server("--max-seqs", "1", "--ping-interval", "0.05")
+    try:
+        ahead = [{} for _ in range(3)]
+        threads = [_stream_in_thread(srv, o, max_tokens=240, ignore_eos=True) for o in ahead]
+        _wait_metric(srv, "vllm:num_requests_running", 1)
+        out = {}
+        t = _stream_in_thread(srv, out, max_tokens=4)
+        for th in threads + [t]:
+            th.join(60)
+        assert all(o["status"] == 200 for o in ahead) and out["status"] == 200
+        assert b": ping\n\n" in out["data"], out["data"][:300]
+        events = sse_events(out["data"])
+        assert len(events) >= 2 and events[-1] == "[DONE]"
+    finally:
+        assert srv.stop() == 0
+
+
+def _loading_server(tmp_path):
+    """A server whose checkpoint's config.json is a FIFO: the load blocks opening it until a
+    writer comes, which holds the server in its loading state for as long as a test needs."""
+    binary = _binary()
+    if not binary.exists():
+        pytest.skip(f"no minfer binary at {binary}")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    os.mkfifo(ckpt / "config.json")
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([str(binary), "serve", "-m", str(ckpt), "--port", "0", "--backend", "cpu",
+                                 "--api-key", KEY], stdout=f, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+    t0 = time.time()
+    while time.time() - t0 < 30:
+        m = re.search(r"listening on http://[^:]+:(\d+)", log.read_text(errors="replace"))
+        if m:
+            return proc, int(m.group(1)), ckpt, log
+        assert proc.poll() is None, log.read_text(errors="replace")
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError("minfer serve did not listen in 30 s:\n" + log.read_text(errors="replace"))
+
+
+def _get(port, method, path, body=None, key=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    h = {"Content-Type": "application/json"}
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def test_health_503_while_loading_then_sigterm_stops_the_load(tmp_path):
+    proc, port, _, log = _loading_server(tmp_path)
+    try:
+        for _ in range(3):  # still loading each time: the FIFO has no writer
+            status, data = _get(port, "GET", "/health")  # no key needed
+            assert status == 503 and "still loading" in json.loads(data)["error"]["message"], data
+        status, data = _get(port, "POST", "/v1/completions", {"prompt": "Amen", "max_tokens": 2}, key=KEY)
+        assert status == 503 and "still loading" in json.loads(data)["error"]["message"], data
+        proc.send_signal(signal.SIGTERM)  # the load cannot finish; the signal must not wait for it
+        assert proc.wait(timeout=10) == 0, log.read_text(errors="replace")
+        assert "SIGTERM while loading" in log.read_text(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_failed_load_exits_1_naming_the_file(tmp_path):
+    proc, port, ckpt, log = _loading_server(tmp_path)
+    try:
+        assert _get(port, "GET", "/health")[0] == 503
+        os.close(os.open(ckpt / "config.json", os.O_WRONLY))  # releases the loader's open(): not a regular file
+        assert proc.wait(timeout=30) == 1
+        text = log.read_text(errors="replace")
+        assert "config.json" in text and "not a regular file" in text, text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
