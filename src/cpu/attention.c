@@ -253,8 +253,11 @@ static void run_item(const att_geom *G, const att_item *it, const att_scratch *w
 // strided reads ran at 2-3 GB/s against 13-16 GB/s for whole rows (notes:
 // docs/notes/cpu.md). Chunk bounds are fixed key positions, so the result
 // does not depend on the thread count. Row r of an item or partial is query
-// r / H, head r % H.
-enum { kDecodeRows = 8, kDecodeChunk = 128, kDecodePanel = 8 };
+// r / H, head r % H. 64 keys: one sequence at context 128-192 makes 2-3
+// items for 2 threads, not 1-2 of unequal size (SmolLM2 geometry, batch 1:
+// attention 4.0 -> 3.0 ms a step; 32 keys: no better there, and slower at 32
+// sequences of the default model; docs/notes/cpu.md).
+enum { kDecodeRows = 8, kDecodeChunk = 64, kDecodePanel = 8 };
 
 typedef struct {
     int32_t b;
