@@ -35,9 +35,9 @@ typedef struct {
                           // the activation dtype (else MF_ERR_UNSUPPORTED).
     bool mmap;           // CPU: use the checkpoint's matrices in place from its file mapping where
                          // their dtype allows (instant load, pages shared with other processes)
-                         // instead of copying every weight into memory advised for huge pages
-                         // (the default: a decode step streams its weights ~20% faster there,
-                         // and q|k|v and gate|up are stacked; docs/notes/cpu.md). CUDA: unused.
+                         // instead of copying every weight at load (the default: q|k|v and
+                         // gate|up stacked into one GEMM each, memory advised for huge pages;
+                         // SmolLM2-geometry bf16 decode 5-10% faster; docs/notes/cpu.md). CUDA: unused.
 } mf_model_opts;
 
 // Loads <dir>/config.json, model.safetensors (or the sharded index) and, when
