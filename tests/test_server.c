@@ -546,19 +546,19 @@ static void test_opts(void) {
     CHECK(opts("-m models/x", &o, err) == MF_SRV_OPTS_OK, "minimal: %s", err);
     CHECK(!strcmp(o.dir, "models/x") && !strcmp(o.served_name, "models/x") && !strcmp(o.host, "127.0.0.1") &&
               o.port == 8000 && o.n_api_keys == 0 && o.max_queue == 1024 && o.dtype_auto && o.max_body == 8 << 20 &&
-              o.shutdown_timeout == 30 && o.ping_interval == 5 && o.http_threads == 4,
+              o.shutdown_timeout == 30 && o.ping_interval == 5 && o.http_threads == 4 && !o.mmap,
           "defaults");
     CHECK(opts("--model d --host 0.0.0.0 --port 0 --api-key a --api-key b --kv-blocks 64 --block-size 16 "
                "--max-batched-tokens 512 --max-seqs 8 --max-model-len 128 --max-queue 3 --backend cpu --dtype f32 "
                "--chat-template chatml --max-body-mb 0.5 --shutdown-timeout 2 --ping-interval 0.5 "
-               "--served-model-name kjv --no-prefix-cache --http-threads 1",
+               "--served-model-name kjv --no-prefix-cache --http-threads 1 --mmap",
                &o, err) == MF_SRV_OPTS_OK,
           "all: %s", err);
     CHECK(o.port == 0 && o.n_api_keys == 2 && !strcmp(o.api_keys[1], "b") && o.kv_blocks == 64 && o.block_size == 16 &&
               o.max_batched_tokens == 512 && o.max_seqs == 8 && o.max_model_len == 128 && o.max_queue == 3 &&
               !strcmp(o.backend, "cpu") && !o.dtype_auto && o.dtype == MF_DTYPE_F32 && !strcmp(o.chat_template, "chatml") &&
               o.max_body == 512 * 1024 && o.shutdown_timeout == 2 && o.ping_interval == 0.5 &&
-              !strcmp(o.served_name, "kjv") && o.no_prefix_cache && o.http_threads == 1,
+              !strcmp(o.served_name, "kjv") && o.no_prefix_cache && o.http_threads == 1 && o.mmap,
           "all: values: port %d keys %d kv %lld bs %d mbt %lld seqs %d mml %lld q %lld body %lld st %g pi %g",
           o.port, o.n_api_keys, (long long)o.kv_blocks, o.block_size, (long long)o.max_batched_tokens, o.max_seqs,
           (long long)o.max_model_len, (long long)o.max_queue, (long long)o.max_body, o.shutdown_timeout,
