@@ -45,7 +45,7 @@ static void bm_help(FILE *f) {
             "  --kv-dtype D         the KV cache: auto (default: CUDA the activations' dtype, CPU f32), f32,\n"
             "                       f16 or bf16 (CPU only; column kv_dtype)\n"
             "  --mmap               CPU: weights in place from the checkpoint's file mapping (fast load)\n"
-            "                       instead of copied into huge pages (the default: faster decode)\n"
+            "                       instead of copied at load (the default: q|k|v, gate|up stacked)\n"
             "  --attn A             attention: flash (mf_attention over the KV cache; default) or classic\n"
             "                       (QK^T GEMM, softmax, PV GEMM: the reference and the \"before\")\n"
             "  --no-graphs          decode steps launch their ops (default on CUDA: one CUDA Graph per step)\n"

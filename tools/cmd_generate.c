@@ -37,7 +37,7 @@ static void help(FILE *f) {
             "  --kv-dtype D          the KV cache: auto (default: CUDA the activations' dtype, CPU f32), f32,\n"
             "                        f16 or bf16 (CPU: half the cache's memory; CUDA: its activation dtype only)\n"
             "  --mmap                CPU: use the checkpoint's weights in place from the file's mapping (fast\n"
-            "                        load, shared pages) instead of copying them into huge pages (faster decode)\n"
+            "                        load, shared pages) instead of copying them at load (q|k|v, gate|up stacked)\n"
             "  --no-graphs           launch every op of a decode step (default on CUDA: replay a\n"
             "                        recorded CUDA Graph per step)\n",
             MF_ARGS_MAX_STOP);

@@ -59,7 +59,7 @@ const char *mf_srv_opts_help(void) {
            "  --backend B                auto (default), cpu or cuda\n"
            "  --dtype D                  auto (default), bf16, f16 or f32\n"
            "  --mmap                     CPU: weights in place from the checkpoint's file mapping (fast load,\n"
-           "                             shared pages) instead of copied into huge pages (faster decode)\n"
+           "                             shared pages) instead of copied at load (q|k|v, gate|up stacked)\n"
            "  --chat-template NAME       force a chat template (default: recognised from the checkpoint)\n"
            "  --max-body-mb MB           request bodies larger than this get 413 (default 8)\n"
            "  --shutdown-timeout S       seconds in-flight requests get to finish on SIGINT/SIGTERM (default 30)\n"
