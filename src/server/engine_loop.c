@@ -107,13 +107,7 @@ static void fail_job(loop *L, mf_job *j, int status, const char *type, const cha
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&j->mu);
-    if (j->state != MF_JOB_DONE) {
-        j->state = MF_JOB_FAILED;
-        mf_oai_error_set(&j->err, status, type, NULL, "%s", msg);
-    }
-    mf_job_wake_locked(j);
-    pthread_mutex_unlock(&j->mu);
+    mf_job_fail(j, status, type, msg);
     drop_job(L, j);
 }
 
@@ -121,11 +115,7 @@ static void fail_job(loop *L, mf_job *j, int status, const char *type, const cha
 static void admit(loop *L, mf_job *j) {
     mf_srv *s = L->s;
     if (!push_live(L, j)) {
-        pthread_mutex_lock(&j->mu);
-        j->state = MF_JOB_FAILED;
-        mf_oai_error_set(&j->err, 500, "internal_error", NULL, "out of memory admitting the request");
-        mf_job_wake_locked(j);
-        pthread_mutex_unlock(&j->mu);
+        mf_job_fail(j, 500, "internal_error", "out of memory admitting the request");
         mf_job_unref(j);
         return;
     }

@@ -125,6 +125,16 @@ void mf_job_wake_locked(mf_job *j) {
     }
 }
 
+void mf_job_fail(mf_job *j, int status, const char *type, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    if (j->state != MF_JOB_DONE) {
+        j->state = MF_JOB_FAILED;
+        mf_oai_error_set(&j->err, status, type, NULL, "%s", msg);
+    }
+    mf_job_wake_locked(j);
+    pthread_mutex_unlock(&j->mu);
+}
+
 const char *mf_job_finish_str(mf_finish_reason r) {
     switch (r) {
     case MF_FINISH_EOS:

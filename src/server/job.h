@@ -107,6 +107,9 @@ bool mf_job_alloc_choices(mf_job *j);
 bool mf_job_choice_append(mf_job *j, mf_job_choice *c, const mf_engine_event *ev);
 // Under j->mu: resumes the connection if it is suspended.
 void mf_job_wake_locked(mf_job *j);
+// Takes j->mu: the job fails with {status, type, msg} (a job already done
+// keeps its answer) and its connection resumes to send it.
+void mf_job_fail(mf_job *j, int status, const char *type, const char *msg);
 
 // "stop" | "length" | "abort" (OpenAI's finish_reason; EOS and stop strings are both "stop").
 const char *mf_job_finish_str(mf_finish_reason r);

@@ -25,11 +25,7 @@ static void *prep_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (!j) break; // stopping, and nothing is left
         if (stop) { // the engine is about to go: answer without running it
-            pthread_mutex_lock(&j->mu);
-            j->state = MF_JOB_FAILED;
-            mf_oai_error_set(&j->err, 503, "service_unavailable", NULL, "the server is shutting down");
-            mf_job_wake_locked(j);
-            pthread_mutex_unlock(&j->mu);
+            mf_job_fail(j, 503, "service_unavailable", "the server is shutting down");
             mf_job_unref(j);
             continue;
         }
@@ -52,11 +48,7 @@ bool mf_srv_prep_start(mf_srv *s) {
 void mf_srv_prep_queue(mf_srv *s, mf_job *j) {
     pthread_mutex_lock(&s->mu);
     if (s->prep_stop) { // late in a shutdown: no worker will take it
-        pthread_mutex_lock(&j->mu);
-        j->state = MF_JOB_FAILED;
-        mf_oai_error_set(&j->err, 503, "service_unavailable", NULL, "the server is shutting down");
-        mf_job_wake_locked(j);
-        pthread_mutex_unlock(&j->mu);
+        mf_job_fail(j, 503, "service_unavailable", "the server is shutting down");
         pthread_mutex_unlock(&s->mu);
         return;
     }
