@@ -43,7 +43,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
+#include "cpu/cpu.h"
 #include "harness.h"
 #ifdef MF_HAVE_CUDA
 #include "cuda/cuda_query.h"
@@ -282,6 +286,77 @@ static th_result run_gemm_widen(th_ctx *ctx, const void *params) {
 #endif
     TH_CALL(ctx, mf_gemm(ctx->be, &args));
     return th_check(ctx, bc, &args.c, ref, bound, "c") ? TH_PASS : TH_FAIL;
+}
+
+// A 16-bit Linear weight against f32 rows of a, m > 8, on the CPU's AVX-512
+// kernel: rows [r0, r0 + mr) of a (mr > 8: the same kernel) passed alone
+// give c's rows of the whole call bit for bit, on 1 thread and on all of
+// them (a prompt's rows do not change with what runs beside them, nor with
+// the thread count). The whole call against float64 first (the only check
+// on the widened panels, whose bits do depend on the row count: the bitwise
+// check fails there).
+typedef struct {
+    mf_dtype wt;
+    int64_t m, n, k, r0, mr;
+} rows_p;
+
+static th_result run_gemm_rows(th_ctx *ctx, const void *params) {
+    const rows_p *p = params;
+    const int64_t m = p->m, n = p->n, k = p->k;
+    mf_gemm_args args = {.alpha = 1.0f, .beta = 0.0f};
+    const int64_t ashape[2] = {m, k}, bshape[2] = {n, k}, cshape[2] = {m, n}, c2shape[2] = {p->mr, n};
+    th_buf *ba = th_tensor(ctx, MF_DTYPE_F32, 2, ashape, NULL, &args.a);
+    th_buf *bb = th_tensor(ctx, p->wt, 2, bshape, NULL, &args.b);
+    mf_tensor_transpose(&args.b, 0, 1);
+    th_buf *bc = th_tensor(ctx, MF_DTYPE_F32, 2, cshape, NULL, &args.c);
+    th_fill(ctx, ba, &args.a, NULL);
+    th_fill(ctx, bb, &args.b, NULL);
+#ifdef MF_HAVE_CUDA
+    if (mf_backend_device(ctx->be) == MF_DEVICE_CUDA) // mixed dtypes: the CPU only
+        return th_expect(ctx, mf_gemm(ctx->be, &args), MF_ERR_INVALID_ARG, "cuda backend", "mixed") ? TH_PASS
+                                                                                                    : TH_FAIL;
+#endif
+    double *ref = th_scratch(ctx, (size_t)(m * n) * sizeof(double));
+    double *bound = th_scratch(ctx, (size_t)(m * n) * sizeof(double));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0, sabs = 0;
+            for (int64_t q = 0; q < k; q++) {
+                const double x = th_get(ba, i * k + q), y = th_get(bb, j * k + q);
+                acc += x * y, sabs += fabs(x * y);
+            }
+            ref[i * n + j] = acc;
+            bound[i * n + j] = (double)(k + 8) * th_eps(MF_DTYPE_F32) * sabs + th_tiny(MF_DTYPE_F32);
+        }
+    TH_CALL(ctx, mf_gemm(ctx->be, &args));
+    if (!th_check(ctx, bc, &args.c, ref, bound, "c")) return TH_FAIL;
+    // The widened panels' sgemm (a CPU without AVX-512, MINFER_CPU_ISA=avx2)
+    // sums a row differently at other row counts: the float64 check only.
+    if (!mf_cpu_avx512()) return TH_PASS;
+    double *same = th_scratch(ctx, (size_t)(p->mr * n) * sizeof(double));
+    double *zero = th_scratch(ctx, (size_t)(p->mr * n) * sizeof(double));
+    for (int64_t e = 0; e < p->mr * n; e++) same[e] = th_get(bc, p->r0 * n + e);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    for (int t = threads; t >= 1; t = t > 1 ? 1 : 0) {
+#ifdef _OPENMP
+        omp_set_num_threads(t);
+#endif
+        mf_gemm_args part = args;
+        part.a.data = (char *)args.a.data + p->r0 * k * (int64_t)sizeof(float);
+        part.a.shape[0] = p->mr;
+        th_buf *bc2 = th_tensor(ctx, MF_DTYPE_F32, 2, c2shape, NULL, &part.c);
+        th_upload_all(ctx); // before the call: TH_CALL's upload would poison c again
+        const mf_status st = mf_gemm(ctx->be, &part);
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+        TH_CALL(ctx, st);
+        if (!th_check(ctx, bc2, &part.c, same, zero, "c of the rows alone")) return th_fail(ctx, " (%d threads)", t);
+    }
+    return TH_PASS;
 }
 
 static void add_gemm(th_list *l, const gemm_p *p) {
@@ -554,4 +629,28 @@ void th_cases_gemm(th_list *l) {
                          .alpha = t == 1 ? -0.75f : 1.0f, .beta = t >= 2 ? 0.5f : 0.0f};
             add_gemm(l, &pf);
         }
+
+    // 12. A 16-bit Linear weight against f32 rows of a, m > 8, at the blocks
+    //     of the CPU's AVX-512 kernel (src/cpu/gemm_avx512.c; elsewhere the
+    //     widened panels): k past one 1024-key block with a tail of k % 32
+    //     (a masked load), k < 32, m past one 128-row block (a last block of
+    //     5 rows, 4-row tiles with 1 row), n past a thread's 64-row blocks
+    //     with a tail of n % 4, n < 64 (one thread); beta, alpha, bias,
+    //     padded rows. Then rows of a alone, bit for bit.
+    static const int64_t w16[][3] = {{133, 131, 2100}, {12, 9, 1057}, {9, 200, 31}, {37, 64, 96}};
+    v = 0;
+    for (int w = 0; w < 2; w++)
+        for (size_t s = 0; s < sizeof w16 / sizeof w16[0]; s++, v++) {
+            gemm_p pw = {.dt = MF_DTYPE_F32, .ct = MF_DTYPE_F32, .mixed = true,
+                         .wt = w ? MF_DTYPE_BF16 : MF_DTYPE_F16, .m = w16[s][0], .n = w16[s][1], .k = w16[s][2],
+                         .tb = true, .pad_a = v % 2 ? 3 : 0, .pad_b = v % 3 == 1 ? 5 : 0, .pad_c = v % 2 ? 0 : 2,
+                         .bias = s == 1, .alpha = s == 2 ? -1.5f : 1.0f, .beta = s == 0 || s == 3 ? 0.5f : 0.0f};
+            add_gemm(l, &pw);
+        }
+    static const rows_p rp[] = {{MF_DTYPE_BF16, 133, 70, 1100, 61, 11}, {MF_DTYPE_F16, 40, 131, 300, 3, 9},
+                                {MF_DTYPE_BF16, 20, 64, 64, 9, 9}};
+    for (size_t i = 0; i < sizeof rp / sizeof rp[0]; i++)
+        th_add(l, run_gemm_rows, &rp[i], sizeof rp[i], "gemm(rows_alone,dtype=f32,b=%s,m=%lld,n=%lld,k=%lld,rows=%lld+%lld)",
+               mf_dtype_name(rp[i].wt), (long long)rp[i].m, (long long)rp[i].n, (long long)rp[i].k,
+               (long long)rp[i].r0, (long long)rp[i].mr);
 }

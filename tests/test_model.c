@@ -38,6 +38,7 @@
 
 #include "minfer/minfer.h"
 #include "minfer/model.h"
+#include "cpu/cpu.h"
 #include "cpu/skinny.h"
 #include "runtime/session.h"
 #ifdef _OPENMP
@@ -737,7 +738,7 @@ static void test_cpu_threads(mf_backend *cpu) {
             if (isa == 1 && !on) continue; // no AVX2 here: the baseline run below covers it
             char name[96];
             snprintf(name, sizeof name, "cpu threads(%s weights, %s kernels)", w ? "f32" : "bf16",
-                     on ? "avx2+fma" : "portable");
+                     !on ? "portable" : w == 0 && mf_cpu_avx512() ? "avx2+fma, avx512 prefill" : "avx2+fma");
             bool ok = true;
             for (int t = 0; t < 2 && ok; t++) {
                 omp_set_num_threads(t + 1);

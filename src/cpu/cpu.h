@@ -47,6 +47,17 @@ void mf_cpu_staging_give(mf_backend *be, void *p, bool owned);
 int mf_cpu_blas_serial(bool par);
 void mf_cpu_blas_restore(int saved);
 
+// The prefill GEMM of a 16-bit Linear weight in AVX-512 (gemm_avx512.c):
+// whether it runs here (the CPU has AVX-512 F and BW, the AVX2 kernels are
+// on, MINFER_CPU_ISA is not "avx2" or "baseline"); the f32 staging it needs
+// for m rows of a at k; and c (m x n, row stride ldc) = alpha a W^T + beta c
+// for a f32 (m, k) with row stride lda and W (n, k) in dt (bf16 or f16) with
+// row stride ldw elements, on OpenMP's threads, ap the staging.
+bool mf_cpu_avx512(void);
+size_t mf_cpu_gemm_avx512_floats(int64_t m, int64_t k);
+void mf_cpu_gemm_avx512(mf_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                        const void *w, int64_t ldw, float beta, float *c, int64_t ldc, float *ap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,9 @@
 // first (the CPU computes in f32; a 16-bit b, a weight kept in its
 // checkpoint's dtype, in panels of columns), then bias and GELU in one pass over c
 // (GELU: mf_act's tanh form x sigmoid(2u), vectorised: src/cpu/vmath.h).
-// Calls with m <= 8 rows (decode steps) take the skinny loops below instead.
+// Calls with m <= 8 rows (decode steps) take the skinny loops below instead;
+// a 16-bit Linear weight against more rows of f32 a takes the AVX-512
+// kernel of gemm_avx512.c where the CPU has it (no widened panels).
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -336,7 +338,10 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const bool skinny = k > 0 && m <= 8 && (b_wide || m > 1);
     const bool sk_order_a = skinny && lb.col_major && v8_sk(p->b.dtype); // a's blocks match a bf16 W's loads
     const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major) || sk_order_a);
-    const bool stage_b = b_wide && !skinny && k > 0;
+    // a 16-bit Linear weight against f32 rows of a: widened in registers
+    // (gemm_avx512.c) where the CPU has AVX-512, else in panels (wide_b_gemm)
+    const bool w16 = b_wide && !skinny && k > 0 && lb.col_major && !a_wide && !la.col_major && mf_cpu_avx512();
+    const bool stage_b = b_wide && !skinny && k > 0 && !w16;
     const bool stage_part = skinny && !lb.col_major; // a row-major b's partial sums
     // b's panel: nb columns of b (k x nb f32), for a 16-bit b outside the skinny loops
     const int threads = stage_b ? omp_get_max_threads() : 1;
@@ -345,9 +350,10 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     if (stage_a) wa = mf_malloc((size_t)(m * k) * sizeof(float));
     bool wb_owned = false; // wb from the backend's kept staging (page faults once) or, when busy, malloc
     if (stage_b) wb = mf_cpu_staging_take(be, (size_t)(threads * k * nb) * sizeof(float), &wb_owned);
+    if (w16) wb = mf_cpu_staging_take(be, mf_cpu_gemm_avx512_floats(m, k) * sizeof(float), &wb_owned);
     if (stage_part) part = mf_malloc((size_t)sk_part_floats(m, n, k) * sizeof(float));
     if (!c_f32) tc = mf_malloc((size_t)(m * n) * sizeof(float));
-    if ((stage_a && !wa) || (stage_b && !wb) || (stage_part && !part) || (!c_f32 && !tc)) {
+    if ((stage_a && !wa) || ((stage_b || w16) && !wb) || (stage_part && !part) || (!c_f32 && !tc)) {
         free(wa);
         mf_cpu_staging_give(be, wb, wb_owned);
         free(tc);
@@ -395,7 +401,7 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
             out = (float *)C, ldo = (blasint)ldc, beta = p->beta;
             // BLAS may compute 0 * NaN; beta == 0 means c is not read (the skinny
             // loops write c without reading it, so need no zeroing first)
-            if (beta == 0.0f && !skinny)
+            if (beta == 0.0f && !skinny && !w16)
                 for (int64_t i = 0; i < m; i++) memset(out + i * ldc, 0, (size_t)n * sizeof(float));
         } else {
             out = tc, ldo = (blasint)n, beta = 0.0f;
@@ -403,6 +409,9 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
         if (skinny) {
             const char *b = (const char *)p->b.data + bt * lb.batch_stride * (int64_t)mf_dtype_size(p->b.dtype);
             sk_gemm(lb.col_major, p->b.dtype, m, n, k, A, lda, b, lb.ld, p->alpha, beta, out, ldo, part);
+        } else if (w16) {
+            const char *w = (const char *)p->b.data + bt * lb.batch_stride * (int64_t)mf_dtype_size(p->b.dtype);
+            mf_cpu_gemm_avx512(p->b.dtype, m, n, k, p->alpha, A, lda, w, lb.ld, beta, out, ldo, wb);
         } else if (stage_b) {
             wide_b_gemm(p, &lb, bt, m, n, k, A, ta, lda, beta, out, ldo, wb, nb, threads);
         } else if (k > 0) {
