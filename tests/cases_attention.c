@@ -819,6 +819,40 @@ void th_cases_attention(th_list *l) {
         p.bs = 64, p.share = true, p.lse = true;
         add_case(l, &p);
     }
+    // 9. Decode over an f32 cache at the shapes of the CPU's AVX-512 products
+    //    (src/cpu/attention_avx512.c; elsewhere the portable loops): head_dim
+    //    16, 32 (the default model's 6/2 heads), 64, 80 (a 64-column block
+    //    and one of 16) and 256; 3, 5 and 6 query rows a kv head (tiles of 4,
+    //    one padded; 6: two queries of a sequence), key counts off multiples
+    //    of 4 (a chunk of 63 or 1), paged and slotted caches, a window.
+    {
+        const int64_t q1[4] = {1, 1, 1, 1}, k1[4] = {160, 63, 129, 1};
+        at_p p = var_case(MF_DTYPE_F32, AM_PAGED, 4, q1, k1, 6, 2, 32, true);
+        p.bs = 64, p.lse = true, p.outliers = true;
+        add_case(l, &p);
+        const int64_t q2[4] = {2, 1, 2, 1}, k2[4] = {100, 65, 64, 9};
+        p = var_case(MF_DTYPE_F32, AM_CACHE, 4, q2, k2, 15, 5, 64, true);
+        p.permute = true, p.lse = true;
+        add_case(l, &p);
+        const int64_t q3[3] = {1, 1, 1}, k3[3] = {300, 47, 1};
+        p = var_case(MF_DTYPE_F32, AM_PAGED, 3, q3, k3, 10, 2, 16, true);
+        p.bs = 16, p.window = 40, p.lse = true;
+        add_case(l, &p);
+        // a serving step: decode rows beside a prompt chunk (decode path and
+        // tiles in one call), f32 and a 16-bit cache
+        const int64_t q4[4] = {1, 40, 1, 2}, k4[4] = {300, 40, 129, 66};
+        for (int t = 0; t < 2; t++) {
+            p = var_case(MF_DTYPE_F32, AM_PAGED, 4, q4, k4, 6, 2, 32, true);
+            p.bs = 16, p.lse = true, p.kv16 = t == 1, p.kvt = MF_DTYPE_F16;
+            add_case(l, &p);
+        }
+        p = fixed_case(MF_DTYPE_F32, 2, 1, 77, 4, 4, 80, true);
+        p.outliers = true;
+        add_case(l, &p);
+        p = fixed_case(MF_DTYPE_F32, 2, 2, 130, 2, 1, 256, true);
+        p.lse = true;
+        add_case(l, &p);
+    }
     at_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "attention(validation)");
 }

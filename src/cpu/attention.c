@@ -18,8 +18,11 @@
 // place); all math is f32. OpenBLAS runs single-threaded inside the
 // parallel region (its own threads would fight OpenMP's for the cores).
 //
-// Decode (at most kDecodeRows query rows per kv head: q_len * grp) takes a
-// second path, key-major, without BLAS: see "Decode path" below.
+// Decode (a sequence of at most kDecodeRows query rows per kv head: q_len *
+// grp) takes a second path, key-major, without BLAS: see "Decode path"
+// below; in a call that mixes both (a serving step: decode rows beside a
+// prompt chunk) each sequence takes its own path. An f32 cache's q.k and
+// p.v there run in AVX-512 where the CPU has it (attention_avx512.c).
 //
 // A paged cache (block_table) is read through the table: a tile that spans
 // blocks is gathered into scratch, decode panels stop at block ends.
@@ -266,6 +269,7 @@ typedef struct {
 
 typedef struct {
     float *q, *s, *t; // q: (R, D) widened; s: (R, kDecodeChunk) scores; t: (D) a row in sk order or out of it
+    int32_t *rows;    // (R): the rows of each kv head in turn (the AVX-512 products)
 } dec_scratch;
 
 // A row of D f32 into sk order (to_sk) or back: only for bf16 K/V, whose
@@ -341,8 +345,20 @@ MF_CPU_HOT static void dec_pv(mf_dtype dt, const float *p, int64_t nq, int64_t K
         dec_pv_t(MF_DTYPE_F32, p, nq, KVH, grp, D, v, vrs, vhs, nk, o);
 }
 
-// One chunk: partial m, l (R floats each) and O (R x D) at pm, pl, po.
-static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w, float *pm, float *pl, float *po) {
+// The rows of each kv head g (query i, head g grp + e) at rows[g n ..], in
+// order; n, their count per kv head.
+static int64_t dec_rows(const att_geom *G, const att_seq *s, int32_t *rows) {
+    const int64_t n = s->q_len * G->grp;
+    for (int64_t g = 0; g < G->KVH; g++)
+        for (int64_t i = 0; i < s->q_len; i++)
+            for (int64_t e = 0; e < G->grp; e++) rows[g * n + i * G->grp + e] = (int32_t)(i * G->H + g * G->grp + e);
+    return n;
+}
+
+// One chunk: partial m, l (R floats each) and O (R x D) at pm, pl, po. fast:
+// q.k and p.v in AVX-512 (an f32 cache; dec_attention decides).
+static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w, bool fast, float *pm, float *pl,
+                    float *po) {
     const mf_attention_args *p = G->p;
     const att_seq *s = &G->seq[it->b];
     const int64_t H = G->H, D = G->D, grp = G->grp, R = s->q_len * H, nb = it->j1 - it->j0;
@@ -356,9 +372,20 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
         }
     const int64_t es = (int64_t)mf_dtype_size(dt);
     const char *kb = (const char *)p->k.data, *vb = (const char *)p->v.data;
-    for (int64_t j = 0; j < nb; j++)
-        dec_qk(dt, w->q, s->q_len, G->KVH, grp, D, kb + key_off(G, s, it->j0 + j) * es, G->k_hs * es, G->scale,
-               w->s + j);
+    const float *kp[kDecodeChunk], *vp[kDecodeChunk];
+    int32_t *rows = w->rows; // each kv head's query rows
+    if (fast) {
+        for (int64_t j = 0; j < nb; j++) {
+            kp[j] = (const float *)(kb + key_off(G, s, it->j0 + j) * es);
+            vp[j] = (const float *)(vb + val_off(G, s, it->j0 + j) * es);
+        }
+        mf_cpu_dec_qk_avx512(w->q, D, rows, dec_rows(G, s, rows), G->KVH, kp, G->k_hs, nb, G->scale, w->s,
+                             kDecodeChunk);
+    } else {
+        for (int64_t j = 0; j < nb; j++)
+            dec_qk(dt, w->q, s->q_len, G->KVH, grp, D, kb + key_off(G, s, it->j0 + j) * es, G->k_hs * es, G->scale,
+                   w->s + j);
+    }
     for (int64_t r = 0; r < R; r++) {
         float *sr = w->s + r * kDecodeChunk;
         int64_t lo, hi;
@@ -374,6 +401,10 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
             exp_row(sr, nb, pm[r]);
             pl[r] = mf_row_sum(sr, nb);
         }
+    }
+    if (fast) {
+        mf_cpu_dec_pv_avx512(w->s, kDecodeChunk, rows, s->q_len * grp, G->KVH, vp, G->v_hs, nb, D, po);
+        return;
     }
     memset(po, 0, (size_t)(R * D) * sizeof(float));
     for (int64_t j = 0, nk; j < nb; j += nk) { // panels of whole rows of V (all kv heads), within a block
@@ -412,9 +443,13 @@ static void dec_merge(const att_geom *G, int32_t b, int64_t t0, int64_t t1, int6
     }
 }
 
+// A sequence the decode path takes: at most kDecodeRows query rows a kv head.
+static inline bool dec_seq(const att_geom *G, const att_seq *s) { return s->q_len * G->grp <= kDecodeRows; }
+
 // Decode chunks of sequence s: keys [lo, hi) cut at multiples of kDecodeChunk.
-static int64_t dec_chunks(const mf_attention_args *p, const att_seq *s, int64_t *lo, int64_t *hi) {
-    if (s->q_len == 0) return 0;
+static int64_t dec_chunks(const att_geom *G, const att_seq *s, int64_t *lo, int64_t *hi) {
+    const mf_attention_args *p = G->p;
+    if (s->q_len == 0 || !dec_seq(G, s)) return 0;
     visible_span(p, s->q_len, s->k_len, 0, s->q_len - 1, lo, hi);
     return *hi > *lo ? (*hi - 1) / kDecodeChunk - *lo / kDecodeChunk + 1 : 0;
 }
@@ -423,7 +458,7 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
     const mf_attention_args *p = G->p;
     const int64_t H = G->H, D = G->D, Rmax = qmax * H;
     int64_t n_items = 0, lo, hi;
-    for (int32_t b = 0; b < p->batch; b++) n_items += dec_chunks(p, &G->seq[b], &lo, &hi);
+    for (int32_t b = 0; b < p->batch; b++) n_items += dec_chunks(G, &G->seq[b], &lo, &hi);
     // One block per call: first[b] (sequence b's items: [first[b], first[b + 1])),
     // the items, their partials (m, l: Rmax floats each; O: Rmax x D) and each
     // thread's scratch (rounded to 64 bytes: no shared cache lines).
@@ -431,7 +466,7 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    const int64_t per_thread = (Rmax * D + Rmax * kDecodeChunk + D + 15) / 16 * 16;
+    const int64_t per_thread = (Rmax * D + Rmax * kDecodeChunk + D + Rmax + 15) / 16 * 16; // rows: Rmax int32
     const size_t bytes = (size_t)(p->batch + 1) * sizeof(int64_t) + (size_t)n_items * sizeof(dec_item) +
                          ((size_t)(n_items * Rmax * (D + 2)) + (size_t)(threads * per_thread)) * sizeof(float) + 64;
     int64_t *first = mf_malloc(bytes);
@@ -444,13 +479,15 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
     int64_t t = 0;
     for (int32_t b = 0; b < p->batch; b++) {
         first[b] = t;
-        if (dec_chunks(p, &G->seq[b], &lo, &hi) == 0) continue;
+        if (dec_chunks(G, &G->seq[b], &lo, &hi) == 0) continue;
         for (int64_t j0 = lo; j0 < hi; j0 = (j0 / kDecodeChunk + 1) * kDecodeChunk) {
             const int64_t j1 = (j0 / kDecodeChunk + 1) * kDecodeChunk;
             items[t++] = (dec_item){.b = b, .j0 = j0, .j1 = j1 < hi ? j1 : hi};
         }
     }
     first[p->batch] = t;
+    const bool fast =
+        mf_cpu_avx512() && p->k.dtype == MF_DTYPE_F32 && p->v.dtype == MF_DTYPE_F32 && D % 16 == 0 && D <= 256;
 #pragma omp parallel if (use_threads(n_items > 1 || p->batch > 1))
     {
         int me = 0;
@@ -458,11 +495,13 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
         me = omp_get_thread_num();
 #endif
         dec_scratch w = {.q = scratch + me * per_thread};
-        w.s = w.q + Rmax * D, w.t = w.s + Rmax * kDecodeChunk;
+        w.s = w.q + Rmax * D, w.t = w.s + Rmax * kDecodeChunk, w.rows = (int32_t *)(w.t + D);
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < n_items; i++) dec_run(G, &items[i], &w, pm + i * Rmax, pl + i * Rmax, po + i * Rmax * D);
+        for (int64_t i = 0; i < n_items; i++)
+            dec_run(G, &items[i], &w, fast, pm + i * Rmax, pl + i * Rmax, po + i * Rmax * D);
 #pragma omp for schedule(dynamic, 1)
-        for (int32_t b = 0; b < p->batch; b++) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w);
+        for (int32_t b = 0; b < p->batch; b++)
+            if (dec_seq(G, &G->seq[b])) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w);
     }
     free(first);
     return MF_OK;
@@ -562,15 +601,25 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
         return st;
     }
     G.seq = seq;
-    int64_t qmax = 0;
-    for (int32_t b = 0; b < p->batch; b++) qmax = seq[b].q_len > qmax ? seq[b].q_len : qmax;
-    if (qmax * G.grp <= kDecodeRows) {
-        st = dec_attention(&G, qmax);
+    // Sequences of at most kDecodeRows query rows a kv head take the decode
+    // path, the others the tiles below, in the same call: a decode row of a
+    // serving step gets the same path (and bits) whether or not another
+    // sequence's prompt chunk shares the step.
+    int64_t qmax = 0, qdec = 0;
+    bool any_dec = false;
+    for (int32_t b = 0; b < p->batch; b++)
+        if (dec_seq(&G, &seq[b]))
+            qdec = seq[b].q_len > qdec ? seq[b].q_len : qdec, any_dec = true;
+        else
+            qmax = seq[b].q_len > qmax ? seq[b].q_len : qmax;
+    if (any_dec) st = dec_attention(&G, qdec > 0 ? qdec : 1);
+    if (st != MF_OK || qmax == 0) {
         free(seq);
         return st;
     }
     int64_t n_items = 0;
-    for (int32_t b = 0; b < p->batch; b++) n_items += G.KVH * ((seq[b].q_len + G.BM - 1) / G.BM);
+    for (int32_t b = 0; b < p->batch; b++)
+        if (!dec_seq(&G, &seq[b])) n_items += G.KVH * ((seq[b].q_len + G.BM - 1) / G.BM);
     att_item *items = mf_malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof *items);
     if (!items) {
         free(seq);
@@ -579,7 +628,7 @@ mf_status mf_cpu_attention(mf_backend *be, const mf_attention_args *p) {
     // Later query blocks first: under causal they are the longest (dynamic schedule balances the tail).
     int64_t n = 0;
     for (int32_t b = 0; b < p->batch; b++)
-        for (int64_t i0 = seq[b].q_len > 0 ? (seq[b].q_len - 1) / G.BM * G.BM : -1; i0 >= 0; i0 -= G.BM)
+        for (int64_t i0 = !dec_seq(&G, &seq[b]) ? (seq[b].q_len - 1) / G.BM * G.BM : -1; i0 >= 0; i0 -= G.BM)
             for (int64_t g = 0; g < G.KVH; g++) items[n++] = (att_item){.b = b, .g = (int32_t)g, .i0 = i0};
 
     int64_t Mmax = G.BM * G.grp;
