@@ -18,29 +18,12 @@
 #include "cpu/skinny.h"
 
 #if MF_CPU_AVX2_KERNELS
-#include <immintrin.h>
-
-#define AVX512_FN __attribute__((target("avx512f")))
-#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f")))
-
-// Sum of v[t] at lane t (the tree of gemm_avx512.c's sum16).
-AVX512_INLINE __m512 sum16(const __m512 v[16]) {
-    __m512 x[8], y[4];
-    for (int i = 0; i < 8; i++)
-        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++) {
-        const __m512d a = _mm512_castps_pd(x[2 * i]), b = _mm512_castps_pd(x[2 * i + 1]);
-        y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-    }
-    const __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xdd));
-    const __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
-}
+#include "cpu/avx512.h"
 
 // Query rows rows[t] (t < nr) of one kv head x keys [j, j + 4) at kr[0..3]:
 // s[row][j + c] = scale q_row . k_c, rows in tiles of 4.
-AVX512_INLINE void qk_keys(const float *q, int64_t D, const int32_t *rows, int64_t nr, const float *const kr[4],
-                           __m512 sc, float *s, int64_t lds, int64_t j) {
+MF_AVX512_INLINE void qk_keys(const float *q, int64_t D, const int32_t *rows, int64_t nr, const float *const kr[4],
+                              __m512 sc, float *s, int64_t lds, int64_t j) {
     for (int64_t t = 0; t < nr; t += 4) {
         const float *qr[4];
         for (int e = 0; e < 4; e++) qr[e] = q + (int64_t)rows[t + e < nr ? t + e : nr - 1] * D;
@@ -58,7 +41,7 @@ AVX512_INLINE void qk_keys(const float *q, int64_t D, const int32_t *rows, int64
             }
         }
         float o[16];
-        _mm512_storeu_ps(o, _mm512_mul_ps(sum16(acc), sc));
+        _mm512_storeu_ps(o, _mm512_mul_ps(mf_sum16(acc), sc));
         for (int e = 0; e < 4; e++) {
             float *dst = s + (int64_t)rows[t + e < nr ? t + e : nr - 1] * lds + j;
             for (int c = 0; c < 4; c++) dst[c] = o[4 * e + c]; // past nk: scratch columns (< lds)
@@ -66,9 +49,9 @@ AVX512_INLINE void qk_keys(const float *q, int64_t D, const int32_t *rows, int64
     }
 }
 
-AVX512_FN void mf_cpu_dec_qk_avx512(const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
-                                    const float *const *kp, int64_t hs, int64_t nk, float scale, float *s,
-                                    int64_t lds) {
+MF_AVX512_FN void mf_cpu_dec_qk_avx512(const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
+                                       const float *const *kp, int64_t hs, int64_t nk, float scale, float *s,
+                                       int64_t lds) {
     const __m512 sc = _mm512_set1_ps(scale);
     for (int64_t j = 0; j < nk; j += 4) // 4 keys' whole rows (every kv head), read in order
         for (int64_t g = 0; g < kvh; g++) {
@@ -79,8 +62,8 @@ AVX512_FN void mf_cpu_dec_qk_avx512(const float *q, int64_t D, const int32_t *ro
 }
 
 // 4 rows x nv 16-column vectors of o from column d0: o (+)= the keys [j0, j1).
-AVX512_INLINE void pv_block(const int nv, const float *const pr[4], float *const orow[4], const float *const *vp,
-                            int64_t voff, int64_t j0, int64_t j1, int64_t d0) {
+MF_AVX512_INLINE void pv_block(const int nv, const float *const pr[4], float *const orow[4], const float *const *vp,
+                               int64_t voff, int64_t j0, int64_t j1, int64_t d0) {
     __m512 acc[4][4];
     for (int e = 0; e < 4; e++)
         for (int v = 0; v < nv; v++) acc[e][v] = j0 ? _mm512_loadu_ps(orow[e] + d0 + 16 * v) : _mm512_setzero_ps();
@@ -99,8 +82,8 @@ AVX512_INLINE void pv_block(const int nv, const float *const pr[4], float *const
 
 enum { PV_PANEL = 16 }; // keys whose whole V rows (every kv head) are read in order, then used per head
 
-AVX512_FN void mf_cpu_dec_pv_avx512(const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
-                                    const float *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
+MF_AVX512_FN void mf_cpu_dec_pv_avx512(const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
+                                       const float *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
     for (int64_t j0 = 0; j0 < nk; j0 += PV_PANEL) {
         const int64_t j1 = j0 + PV_PANEL < nk ? j0 + PV_PANEL : nk;
         for (int64_t g = 0; g < kvh; g++)

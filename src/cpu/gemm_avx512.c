@@ -30,16 +30,15 @@
 #include "cpu/skinny.h"
 
 #if MF_CPU_AVX2_KERNELS
-#include <immintrin.h>
 #include <omp.h>
+
+#include "cpu/avx512.h"
 
 enum {
     G5_KC = 1024, // keys per block of a tile's sums (a's tile 16 KB, W's 8 KB)
     G5_MC = 128,  // rows of a packed at a time (k = 5632: 2.9 MB)
     G5_NB = 64,   // W rows per block against the a tiles (bf16, KC keys: 128 KB)
 };
-
-#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw")))
 
 static int g_avx512 = -1; // -1: not decided yet (a race only decides the same twice)
 
@@ -63,8 +62,8 @@ static int64_t pack_key(mf_dtype dt, int p) {
 
 // Rows [r0, r1) of the block of a at row i0 into ap (row stride kp floats):
 // k rounded up to 32 keys, rows past m zero.
-static void pack_a(mf_dtype dt, const float *a, int64_t lda, int64_t i0, int64_t m, int64_t k, int64_t kp,
-                   int64_t r0, int64_t r1, float *ap) {
+static void pack_a(mf_dtype dt, const float *a, int64_t lda, int64_t i0, int64_t m, int64_t k, int64_t kp, int64_t r0,
+                   int64_t r1, float *ap) {
     for (int64_t r = r0; r < r1; r++) {
         float *d = ap + r * kp;
         const float *src = a + (i0 + r) * lda;
@@ -77,9 +76,8 @@ static void pack_a(mf_dtype dt, const float *a, int64_t lda, int64_t i0, int64_t
 }
 
 // 32 keys of a W row at p as two f32 vectors (lo, hi), keys past `left` zero.
-AVX512_INLINE void ld32(const mf_dtype dt, const char *p, int64_t left, __m512 *lo, __m512 *hi) {
-    const __m512i x = left >= 32 ? _mm512_loadu_si512(p)
-                                 : _mm512_maskz_loadu_epi16((__mmask32)((1ull << left) - 1), p);
+MF_AVX512_INLINE void ld32(const mf_dtype dt, const char *p, int64_t left, __m512 *lo, __m512 *hi) {
+    const __m512i x = left >= 32 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16((__mmask32)((1ull << left) - 1), p);
     if (dt == MF_DTYPE_BF16) {
         const __m512i z = _mm512_setzero_si512();
         *lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x));
@@ -90,26 +88,11 @@ AVX512_INLINE void ld32(const mf_dtype dt, const char *p, int64_t left, __m512 *
     }
 }
 
-// Sums of 16 accumulators, sum of v[t] at lane t: pairs, then quads within
-// 128-bit lanes, then across the lanes; every lane takes the same tree.
-AVX512_INLINE __m512 sum16(const __m512 v[16]) {
-    __m512 x[8], y[4];
-    for (int i = 0; i < 8; i++)
-        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++) {
-        const __m512d a = _mm512_castps_pd(x[2 * i]), b = _mm512_castps_pd(x[2 * i + 1]);
-        y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-    }
-    const __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xdd));
-    const __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
-}
-
 // One tile over keys [k0, k1): 4 packed rows of a at ap (stride kp) x W rows
 // w[0..3] (bytes; es per element, k keys a row). Lane 4 r + q of the result:
 // a_r . W_q over those keys.
-AVX512_INLINE __m512 tile(const mf_dtype dt, const float *ap, int64_t kp, const char *const w[4], int64_t es,
-                          int64_t k0, int64_t k1, int64_t k) {
+MF_AVX512_INLINE __m512 tile(const mf_dtype dt, const float *ap, int64_t kp, const char *const w[4], int64_t es,
+                             int64_t k0, int64_t k1, int64_t k) {
     __m512 acc[16];
     for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = k0; i < k1; i += 32) {
@@ -126,13 +109,13 @@ AVX512_INLINE __m512 tile(const mf_dtype dt, const float *ap, int64_t kp, const 
             acc[12 + q] = _mm512_fmadd_ps(a3h, hi, _mm512_fmadd_ps(a3l, lo, acc[12 + q]));
         }
     }
-    return sum16(acc);
+    return mf_sum16(acc);
 }
 
 // Keys [k0, k1) of c's rows [i, i + mr) x columns [j, j + nr): the first
 // block writes alpha s + beta c (beta 0: c not read), later ones add alpha s.
-AVX512_INLINE void store(__m512 s, float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha, float beta,
-                         bool first) {
+MF_AVX512_INLINE void store(__m512 s, float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha, float beta,
+                            bool first) {
     float o[16];
     _mm512_storeu_ps(o, s);
     for (int64_t r = 0; r < mr; r++)
@@ -144,8 +127,8 @@ AVX512_INLINE void store(__m512 s, float *c, int64_t ldc, int64_t mr, int64_t nr
 }
 
 // W rows [j0, j1) (this thread's) against the packed rows [0, mc) of a.
-AVX512_INLINE void rows(const mf_dtype dt, int64_t mc, int64_t k, int64_t kp, const float *ap, const char *w,
-                        int64_t ldw_bytes, float alpha, float beta, float *c, int64_t ldc, int64_t j0, int64_t j1) {
+MF_AVX512_INLINE void rows(const mf_dtype dt, int64_t mc, int64_t k, int64_t kp, const float *ap, const char *w,
+                           int64_t ldw_bytes, float alpha, float beta, float *c, int64_t ldc, int64_t j0, int64_t j1) {
     const int64_t es = 2, k32 = (k + 31) / 32 * 32;
     for (int64_t k0 = 0; k0 < k; k0 += G5_KC) {
         const int64_t k1 = k0 + G5_KC < k32 ? k0 + G5_KC : k32;
@@ -155,7 +138,8 @@ AVX512_INLINE void rows(const mf_dtype dt, int64_t mc, int64_t k, int64_t kp, co
                 for (int64_t j = jb; j < je; j += 4) {
                     const int64_t nr = je - j < 4 ? je - j : 4;
                     const char *wr[4];
-                    for (int q = 0; q < 4; q++) wr[q] = w + (j + (q < nr ? q : 0)) * ldw_bytes; // a short tile repeats row j
+                    for (int q = 0; q < 4; q++)
+                        wr[q] = w + (j + (q < nr ? q : 0)) * ldw_bytes; // a short tile repeats row j
                     const __m512 s = tile(dt, ap + i * kp, kp, wr, es, k0, k1, k);
                     store(s, c + i * ldc + j, ldc, mc - i < 4 ? mc - i : 4, nr, alpha, beta, k0 == 0);
                 }
@@ -168,10 +152,9 @@ size_t mf_cpu_gemm_avx512_floats(int64_t m, int64_t k) {
     return (size_t)((mc + 3) / 4 * 4) * (size_t)((k + 31) / 32 * 32 + 16);
 }
 
-__attribute__((target("avx512f,avx512bw"))) void mf_cpu_gemm_avx512(mf_dtype dt, int64_t m, int64_t n, int64_t k,
-                                                                    float alpha, const float *a, int64_t lda,
-                                                                    const void *w, int64_t ldw, float beta, float *c,
-                                                                    int64_t ldc, float *ap) {
+MF_AVX512_FN void mf_cpu_gemm_avx512(mf_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                                     int64_t lda, const void *w, int64_t ldw, float beta, float *c, int64_t ldc,
+                                     float *ap) {
     const int64_t kp = (k + 31) / 32 * 32 + 16; // + 64 bytes: 4 rows of a 4 KB apart share L1 sets
     const int64_t ldw_bytes = ldw * 2;
 #pragma omp parallel if (n >= 64)
