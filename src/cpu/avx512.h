@@ -1,5 +1,5 @@
 // Shared pieces of the AVX-512 kernels (gemm_avx512.c, attention_avx512.c),
-// compiled only into their target("avx512f") functions.
+// compiled only into their target("avx512f,avx512bw") functions.
 #ifndef MF_CPU_AVX512_H
 #define MF_CPU_AVX512_H
 

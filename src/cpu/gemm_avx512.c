@@ -20,7 +20,8 @@
 // keys (128 KB of bf16: L2) against 4-row tiles of a (16 KB: L1).
 //
 // Bits: each c element is its own 16 lanes summed over k in a fixed order,
-// then the fixed tree, then alpha (and beta c) per KC block in k order:
+// then the fixed tree, times alpha, added to c per KC block in k order (beta
+// c once, on the first block):
 // the same for any thread count, row count or tile position. FMA rounds
 // once: not the bits of the widened-panel sgemm path (docs/notes/cpu.md).
 #include <stdlib.h>
@@ -40,16 +41,18 @@ enum {
     G5_NB = 64,   // W rows per block against the a tiles (bf16, KC keys: 128 KB)
 };
 
-static int g_avx512 = -1; // -1: not decided yet (a race only decides the same twice)
+static int g_avx512 = -1; // -1: not decided yet (relaxed atomics: a race only decides the same twice)
 
 bool mf_cpu_avx512(void) {
-    if (g_avx512 < 0) {
-        __builtin_cpu_init();
+    int on = __atomic_load_n(&g_avx512, __ATOMIC_RELAXED);
+    if (on < 0) {
+        __builtin_cpu_init(); // the checks include the OS's support of the zmm state
         const char *isa = getenv("MINFER_CPU_ISA"); // "avx2": not these kernels; "baseline": none
-        g_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   !(isa && (!strcmp(isa, "avx2") || !strcmp(isa, "baseline")));
+        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             !(isa && (!strcmp(isa, "avx2") || !strcmp(isa, "baseline")));
+        __atomic_store_n(&g_avx512, on, __ATOMIC_RELAXED);
     }
-    return g_avx512 && mf_cpu_avx2(); // mf_cpu_avx2_set(false) turns every kernel set off
+    return on && mf_cpu_avx2(); // mf_cpu_avx2_set(false) turns every kernel set off
 }
 
 // Key of a's element at position p (0..31) of a packed 32-key block: bf16's
@@ -66,11 +69,11 @@ static void pack_a(mf_dtype dt, const float *a, int64_t lda, int64_t i0, int64_t
                    int64_t r1, float *ap) {
     for (int64_t r = r0; r < r1; r++) {
         float *d = ap + r * kp;
-        const float *src = a + (i0 + r) * lda;
+        const float *src = i0 + r < m ? a + (i0 + r) * lda : NULL; // NULL: a padding row
         for (int64_t b = 0; b < k; b += 32)
             for (int p = 0; p < 32; p++) {
                 const int64_t key = b + pack_key(dt, p);
-                d[b + p] = i0 + r < m && key < k ? src[key] : 0.0f;
+                d[b + p] = src && key < k ? src[key] : 0.0f;
             }
     }
 }
@@ -152,27 +155,34 @@ size_t mf_cpu_gemm_avx512_floats(int64_t m, int64_t k) {
     return (size_t)((mc + 3) / 4 * 4) * (size_t)((k + 31) / 32 * 32 + 16);
 }
 
-MF_AVX512_FN void mf_cpu_gemm_avx512(mf_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                                     int64_t lda, const void *w, int64_t ldw, float beta, float *c, int64_t ldc,
-                                     float *ap) {
+// One thread's part of a call (inside the parallel region): its share of
+// W's rows for every 128-row block of a, which the threads pack together. A
+// function of its own with the target attribute: clang outlines a parallel
+// region into a function without it, and compiled the kernels there as SSE2.
+static MF_AVX512_FN __attribute__((noinline)) void part(mf_dtype dt, int64_t m, int64_t n, int64_t k, float alpha,
+                                                        const float *a, int64_t lda, const void *w, int64_t ldw,
+                                                        float beta, float *c, int64_t ldc, float *ap, int64_t t,
+                                                        int64_t T) {
     const int64_t kp = (k + 31) / 32 * 32 + 16; // + 64 bytes: 4 rows of a 4 KB apart share L1 sets
     const int64_t ldw_bytes = ldw * 2;
-#pragma omp parallel if (n >= 64)
-    {
-        const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
-        // this thread's W rows: multiples of 4, a function of (n, T) only
-        const int64_t j0 = n * t / T / 4 * 4, j1 = t + 1 == T ? n : n * (t + 1) / T / 4 * 4;
-        for (int64_t i0 = 0; i0 < m; i0 += G5_MC) {
-            const int64_t mc = m - i0 < G5_MC ? m - i0 : G5_MC, mp = (mc + 3) / 4 * 4;
-            pack_a(dt, a, lda, i0, m, k, kp, mp * t / T, mp * (t + 1) / T, ap);
+    // this thread's W rows: multiples of 4, a function of (n, T) only
+    const int64_t j0 = n * t / T / 4 * 4, j1 = t + 1 == T ? n : n * (t + 1) / T / 4 * 4;
+    for (int64_t i0 = 0; i0 < m; i0 += G5_MC) {
+        const int64_t mc = m - i0 < G5_MC ? m - i0 : G5_MC, mp = (mc + 3) / 4 * 4;
+        pack_a(dt, a, lda, i0, m, k, kp, mp * t / T, mp * (t + 1) / T, ap);
 #pragma omp barrier
-            if (dt == MF_DTYPE_BF16)
-                rows(MF_DTYPE_BF16, mc, k, kp, ap, w, ldw_bytes, alpha, beta, c + i0 * ldc, ldc, j0, j1);
-            else
-                rows(MF_DTYPE_F16, mc, k, kp, ap, w, ldw_bytes, alpha, beta, c + i0 * ldc, ldc, j0, j1);
+        if (dt == MF_DTYPE_BF16)
+            rows(MF_DTYPE_BF16, mc, k, kp, ap, w, ldw_bytes, alpha, beta, c + i0 * ldc, ldc, j0, j1);
+        else
+            rows(MF_DTYPE_F16, mc, k, kp, ap, w, ldw_bytes, alpha, beta, c + i0 * ldc, ldc, j0, j1);
 #pragma omp barrier
-        }
     }
+}
+
+void mf_cpu_gemm_avx512(mf_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                        const void *w, int64_t ldw, float beta, float *c, int64_t ldc, float *ap) {
+#pragma omp parallel if (n >= 64)
+    part(dt, m, n, k, alpha, a, lda, w, ldw, beta, c, ldc, ap, omp_get_thread_num(), omp_get_num_threads());
 }
 
 #else
