@@ -356,30 +356,31 @@ static int64_t dec_rows(const att_geom *G, const att_seq *s, int32_t *rows) {
 }
 
 // One chunk: partial m, l (R floats each) and O (R x D) at pm, pl, po. fast:
-// q.k and p.v in AVX-512 (an f32 cache; dec_attention decides).
+// q.k and p.v in AVX-512 (dec_attention decides), rows in order (no sk order).
 static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w, bool fast, float *pm, float *pl,
                     float *po) {
     const mf_attention_args *p = G->p;
     const att_seq *s = &G->seq[it->b];
     const int64_t H = G->H, D = G->D, grp = G->grp, R = s->q_len * H, nb = it->j1 - it->j0;
     const mf_dtype dt = p->k.dtype; // K and V; q in its own (the same, or f32 over a 16-bit cache)
+    const bool sk = v8_sk(dt) && !fast;
     for (int64_t i = 0; i < s->q_len; i++)
         for (int64_t h = 0; h < H; h++) {
             float *qr = w->q + (i * H + h) * D;
-            mf_cpu_to_f32(v8_sk(dt) ? w->t : qr, p->q.data, p->q.dtype,
+            mf_cpu_to_f32(sk ? w->t : qr, p->q.data, p->q.dtype,
                           row_off(G, s, it->b, i, G->q_rs, G->q_bs) + h * G->q_hs, D);
-            if (v8_sk(dt)) dec_sk(qr, w->t, D, true);
+            if (sk) dec_sk(qr, w->t, D, true);
         }
     const int64_t es = (int64_t)mf_dtype_size(dt);
     const char *kb = (const char *)p->k.data, *vb = (const char *)p->v.data;
-    const float *kp[kDecodeChunk], *vp[kDecodeChunk];
+    const char *kp[kDecodeChunk], *vp[kDecodeChunk];
     int32_t *rows = w->rows; // each kv head's query rows
     if (fast) {
         for (int64_t j = 0; j < nb; j++) {
-            kp[j] = (const float *)(kb + key_off(G, s, it->j0 + j) * es);
-            vp[j] = (const float *)(vb + val_off(G, s, it->j0 + j) * es);
+            kp[j] = kb + key_off(G, s, it->j0 + j) * es;
+            vp[j] = vb + val_off(G, s, it->j0 + j) * es;
         }
-        mf_cpu_dec_qk_avx512(w->q, D, rows, dec_rows(G, s, rows), G->KVH, kp, G->k_hs, nb, G->scale, w->s,
+        mf_cpu_dec_qk_avx512(dt, w->q, D, rows, dec_rows(G, s, rows), G->KVH, kp, G->k_hs, nb, G->scale, w->s,
                              kDecodeChunk);
     } else {
         for (int64_t j = 0; j < nb; j++)
@@ -403,7 +404,7 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
         }
     }
     if (fast) {
-        mf_cpu_dec_pv_avx512(w->s, kDecodeChunk, rows, s->q_len * grp, G->KVH, vp, G->v_hs, nb, D, po);
+        mf_cpu_dec_pv_avx512(dt, w->s, kDecodeChunk, rows, s->q_len * grp, G->KVH, vp, G->v_hs, nb, D, po);
         return;
     }
     memset(po, 0, (size_t)(R * D) * sizeof(float));
@@ -414,11 +415,13 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
     }
 }
 
-// Merges the chunks [t0, t1) of sequence b (partials of Rmax rows each) into o and lse.
+// Merges the chunks [t0, t1) of sequence b (partials of Rmax rows each) into
+// o and lse (fast: the partials' rows are in order, not in sk order).
 static void dec_merge(const att_geom *G, int32_t b, int64_t t0, int64_t t1, int64_t Rmax, const float *pm,
-                      const float *pl, const float *po, const dec_scratch *w) {
+                      const float *pl, const float *po, const dec_scratch *w, bool fast) {
     float *orow = w->q;
     const mf_attention_args *p = G->p;
+    const bool sk = v8_sk(p->v.dtype) && !fast;
     const att_seq *s = &G->seq[b];
     const int64_t H = G->H, D = G->D;
     float *lse = p->lse ? (float *)p->lse->data : NULL;
@@ -436,9 +439,9 @@ static void dec_merge(const att_geom *G, int32_t b, int64_t t0, int64_t t1, int6
             }
         const float inv = L > 0.0f ? 1.0f / L : 0.0f;
         for (int64_t d = 0; d < D; d++) orow[d] *= inv;
-        if (v8_sk(p->v.dtype)) dec_sk(w->t, orow, D, false);
-        mf_cpu_from_f32(p->o.data, p->o.dtype, row_off(G, s, b, i, G->o_rs, G->o_bs) + h * G->o_hs,
-                        v8_sk(p->v.dtype) ? w->t : orow, D);
+        if (sk) dec_sk(w->t, orow, D, false);
+        mf_cpu_from_f32(p->o.data, p->o.dtype, row_off(G, s, b, i, G->o_rs, G->o_bs) + h * G->o_hs, sk ? w->t : orow,
+                        D);
         if (lse) lse[(s->qrow + i) * H + h] = L > 0.0f ? m + logf(L) : -INFINITY;
     }
 }
@@ -486,8 +489,9 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
         }
     }
     first[p->batch] = t;
-    const bool fast =
-        mf_cpu_avx512() && p->k.dtype == MF_DTYPE_F32 && p->v.dtype == MF_DTYPE_F32 && D % 16 == 0 && D <= 256;
+    const mf_dtype kt = p->k.dtype;
+    const bool fast = mf_cpu_avx512() && (kt == MF_DTYPE_F32 || kt == MF_DTYPE_F16 || kt == MF_DTYPE_BF16) &&
+                      p->v.dtype == kt && D % 16 == 0 && D <= 256;
 #pragma omp parallel if (use_threads(n_items > 1 || p->batch > 1))
     {
         int me = 0;
@@ -501,7 +505,7 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
             dec_run(G, &items[i], &w, fast, pm + i * Rmax, pl + i * Rmax, po + i * Rmax * D);
 #pragma omp for schedule(dynamic, 1)
         for (int32_t b = 0; b < p->batch; b++)
-            if (dec_seq(G, &G->seq[b])) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w);
+            if (dec_seq(G, &G->seq[b])) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w, fast);
     }
     free(first);
     return MF_OK;

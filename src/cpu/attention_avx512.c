@@ -1,5 +1,6 @@
-// Decode attention's two products on x86-64 CPUs with AVX-512 F, for an f32
-// KV cache and head_dim a multiple of 16 (up to 256): the inner loops of a
+// Decode attention's two products on x86-64 CPUs with AVX-512 F, for a KV
+// cache in f32, f16 or bf16 (widened in registers: vcvtph2ps, or a shift of
+// the zero-extended halves) and head_dim a multiple of 16 (up to 256): the inner loops of a
 // work item of src/cpu/attention.c (one sequence, a chunk of <= 64 keys,
 // all heads). The portable loops score one key at a time (a horizontal sum
 // per query row and key) and ran ~1 multiply-add a cycle at the default
@@ -20,18 +21,27 @@
 #if MF_CPU_AVX2_KERNELS
 #include "cpu/avx512.h"
 
-// Query rows rows[t] (t < nr) of one kv head x keys [j, j + 4) at kr[0..3]:
-// s[row][j + c] = scale q_row . k_c, rows in tiles of 4.
-MF_AVX512_INLINE void qk_keys(const float *q, int64_t D, const int32_t *rows, int64_t nr, const float *const kr[4],
-                              __m512 sc, float *s, int64_t lds, int64_t j) {
+// 16 elements of a K or V row at p (dt: f32, f16 or bf16) as f32.
+MF_AVX512_INLINE __m512 ld16(const mf_dtype dt, const char *p) {
+    if (dt == MF_DTYPE_F32) return _mm512_loadu_ps((const float *)p);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (dt == MF_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); // bf16: the high half of an f32
+}
+
+// Query rows rows[t] (t < nr) of one kv head x keys [j, j + 4) at kr[0..3]
+// (bytes): s[row][j + c] = scale q_row . k_c, rows in tiles of 4.
+MF_AVX512_INLINE void qk_keys(const mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr,
+                              const char *const kr[4], __m512 sc, float *s, int64_t lds, int64_t j) {
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     for (int64_t t = 0; t < nr; t += 4) {
         const float *qr[4];
         for (int e = 0; e < 4; e++) qr[e] = q + (int64_t)rows[t + e < nr ? t + e : nr - 1] * D;
         __m512 acc[16];
         for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps();
         for (int64_t d = 0; d < D; d += 16) {
-            const __m512 k0 = _mm512_loadu_ps(kr[0] + d), k1 = _mm512_loadu_ps(kr[1] + d);
-            const __m512 k2 = _mm512_loadu_ps(kr[2] + d), k3 = _mm512_loadu_ps(kr[3] + d);
+            const __m512 k0 = ld16(dt, kr[0] + d * es), k1 = ld16(dt, kr[1] + d * es);
+            const __m512 k2 = ld16(dt, kr[2] + d * es), k3 = ld16(dt, kr[3] + d * es);
             for (int e = 0; e < 4; e++) {
                 const __m512 qv = _mm512_loadu_ps(qr[e] + d);
                 acc[4 * e] = _mm512_fmadd_ps(qv, k0, acc[4 * e]);
@@ -49,28 +59,42 @@ MF_AVX512_INLINE void qk_keys(const float *q, int64_t D, const int32_t *rows, in
     }
 }
 
-MF_AVX512_FN void mf_cpu_dec_qk_avx512(const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
-                                       const float *const *kp, int64_t hs, int64_t nk, float scale, float *s,
-                                       int64_t lds) {
+MF_AVX512_INLINE void qk_all(const mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr,
+                             int64_t kvh, const char *const *kp, int64_t hs, int64_t nk, float scale, float *s,
+                             int64_t lds) {
     const __m512 sc = _mm512_set1_ps(scale);
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     for (int64_t j = 0; j < nk; j += 4) // 4 keys' whole rows (every kv head), read in order
         for (int64_t g = 0; g < kvh; g++) {
-            const float *kr[4];
-            for (int c = 0; c < 4; c++) kr[c] = kp[j + c < nk ? j + c : nk - 1] + g * hs;
-            qk_keys(q, D, rows + g * nr, nr, kr, sc, s, lds, j);
+            const char *kr[4];
+            for (int c = 0; c < 4; c++) kr[c] = kp[j + c < nk ? j + c : nk - 1] + g * hs * es;
+            qk_keys(dt, q, D, rows + g * nr, nr, kr, sc, s, lds, j);
         }
 }
 
-// 4 rows x nv 16-column vectors of o from column d0: o (+)= the keys [j0, j1).
-MF_AVX512_INLINE void pv_block(const int nv, const float *const pr[4], float *const orow[4], const float *const *vp,
-                               int64_t voff, int64_t j0, int64_t j1, int64_t d0) {
+MF_AVX512_FN void mf_cpu_dec_qk_avx512(mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr,
+                                       int64_t kvh, const char *const *kp, int64_t hs, int64_t nk, float scale,
+                                       float *s, int64_t lds) {
+    if (dt == MF_DTYPE_F32)
+        qk_all(MF_DTYPE_F32, q, D, rows, nr, kvh, kp, hs, nk, scale, s, lds);
+    else if (dt == MF_DTYPE_F16)
+        qk_all(MF_DTYPE_F16, q, D, rows, nr, kvh, kp, hs, nk, scale, s, lds);
+    else
+        qk_all(MF_DTYPE_BF16, q, D, rows, nr, kvh, kp, hs, nk, scale, s, lds);
+}
+
+// 4 rows x nv 16-column vectors of o from column d0: o (+)= the keys [j0, j1)
+// (value j's kv head at vp[j] + voff bytes).
+MF_AVX512_INLINE void pv_block(const mf_dtype dt, const int nv, const float *const pr[4], float *const orow[4],
+                               const char *const *vp, int64_t voff, int64_t j0, int64_t j1, int64_t d0) {
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     __m512 acc[4][4];
     for (int e = 0; e < 4; e++)
         for (int v = 0; v < nv; v++) acc[e][v] = j0 ? _mm512_loadu_ps(orow[e] + d0 + 16 * v) : _mm512_setzero_ps();
     for (int64_t j = j0; j < j1; j++) {
-        const float *vr = vp[j] + voff + d0;
+        const char *vr = vp[j] + voff + d0 * es;
         __m512 vv[4];
-        for (int v = 0; v < nv; v++) vv[v] = _mm512_loadu_ps(vr + 16 * v);
+        for (int v = 0; v < nv; v++) vv[v] = ld16(dt, vr + 16 * v * es);
         for (int e = 0; e < 4; e++) {
             const __m512 pe = _mm512_set1_ps(pr[e][j]);
             for (int v = 0; v < nv; v++) acc[e][v] = _mm512_fmadd_ps(pe, vv[v], acc[e][v]);
@@ -82,8 +106,9 @@ MF_AVX512_INLINE void pv_block(const int nv, const float *const pr[4], float *co
 
 enum { PV_PANEL = 16 }; // keys whose whole V rows (every kv head) are read in order, then used per head
 
-MF_AVX512_FN void mf_cpu_dec_pv_avx512(const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
-                                       const float *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
+MF_AVX512_INLINE void pv_all(const mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr,
+                             int64_t kvh, const char *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
+    const int64_t es = dt == MF_DTYPE_F32 ? 4 : 2;
     for (int64_t j0 = 0; j0 < nk; j0 += PV_PANEL) {
         const int64_t j1 = j0 + PV_PANEL < nk ? j0 + PV_PANEL : nk;
         for (int64_t g = 0; g < kvh; g++)
@@ -95,24 +120,37 @@ MF_AVX512_FN void mf_cpu_dec_pv_avx512(const float *p, int64_t ldp, const int32_
                     pr[e] = p + r * ldp, orow[e] = o + r * D;
                 }
                 for (int64_t d0 = 0; d0 < D; d0 += 64) {
+                    const int64_t voff = g * hs * es;
                     switch (D - d0 >= 64 ? 4 : (int)((D - d0) / 16)) {
-                    case 1: pv_block(1, pr, orow, vp, g * hs, j0, j1, d0); break;
-                    case 2: pv_block(2, pr, orow, vp, g * hs, j0, j1, d0); break;
-                    case 3: pv_block(3, pr, orow, vp, g * hs, j0, j1, d0); break;
-                    default: pv_block(4, pr, orow, vp, g * hs, j0, j1, d0); break;
+                    case 1: pv_block(dt, 1, pr, orow, vp, voff, j0, j1, d0); break;
+                    case 2: pv_block(dt, 2, pr, orow, vp, voff, j0, j1, d0); break;
+                    case 3: pv_block(dt, 3, pr, orow, vp, voff, j0, j1, d0); break;
+                    default: pv_block(dt, 4, pr, orow, vp, voff, j0, j1, d0); break;
                     }
                 }
             }
     }
 }
 
-#else
-void mf_cpu_dec_qk_avx512(const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
-                          const float *const *kp, int64_t hs, int64_t nk, float scale, float *s, int64_t lds) {
-    (void)q, (void)D, (void)rows, (void)nr, (void)kvh, (void)kp, (void)hs, (void)nk, (void)scale, (void)s, (void)lds;
+MF_AVX512_FN void mf_cpu_dec_pv_avx512(mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr,
+                                       int64_t kvh, const char *const *vp, int64_t hs, int64_t nk, int64_t D,
+                                       float *o) {
+    if (dt == MF_DTYPE_F32)
+        pv_all(MF_DTYPE_F32, p, ldp, rows, nr, kvh, vp, hs, nk, D, o);
+    else if (dt == MF_DTYPE_F16)
+        pv_all(MF_DTYPE_F16, p, ldp, rows, nr, kvh, vp, hs, nk, D, o);
+    else
+        pv_all(MF_DTYPE_BF16, p, ldp, rows, nr, kvh, vp, hs, nk, D, o);
 }
-void mf_cpu_dec_pv_avx512(const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
-                          const float *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
-    (void)p, (void)ldp, (void)rows, (void)nr, (void)kvh, (void)vp, (void)hs, (void)nk, (void)D, (void)o;
+
+#else
+void mf_cpu_dec_qk_avx512(mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
+                          const char *const *kp, int64_t hs, int64_t nk, float scale, float *s, int64_t lds) {
+    (void)dt, (void)q, (void)D, (void)rows, (void)nr, (void)kvh, (void)kp, (void)hs, (void)nk, (void)scale, (void)s,
+        (void)lds;
+}
+void mf_cpu_dec_pv_avx512(mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
+                          const char *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
+    (void)dt, (void)p, (void)ldp, (void)rows, (void)nr, (void)kvh, (void)vp, (void)hs, (void)nk, (void)D, (void)o;
 }
 #endif
