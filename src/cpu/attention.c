@@ -21,8 +21,8 @@
 // Decode (a sequence of at most kDecodeRows query rows per kv head: q_len *
 // grp) takes a second path, key-major, without BLAS: see "Decode path"
 // below; in a call that mixes both (a serving step: decode rows beside a
-// prompt chunk) each sequence takes its own path. An f32 cache's q.k and
-// p.v there run in AVX-512 where the CPU has it (attention_avx512.c).
+// prompt chunk) each sequence takes its own path. Its q.k and p.v run in
+// AVX-512 where the CPU has it (attention_avx512.c; f32, f16 or bf16 cache).
 //
 // A paged cache (block_table) is read through the table: a tile that spans
 // blocks is gathered into scratch, decode panels stop at block ends.
