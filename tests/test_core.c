@@ -9,11 +9,13 @@
 #include <omp.h>
 #endif
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cpu/team.h"
 #include "minfer/minfer.h"
 
 static int g_checks, g_fails;
@@ -1039,6 +1041,74 @@ static void test_row_narrow(void) {
     section("row narrowing", before, what);
 }
 
+// ---- the CPU's hot team (src/cpu/team.h) ------------------------------------------
+
+typedef struct {
+    _Atomic int hits[8]; // parts run, by t
+    _Atomic int bad;     // parts that saw a wrong nt (or a t out of range)
+    int want_nt;
+} team_probe;
+
+static void team_part(void *arg, int t, int nt) {
+    team_probe *p = arg;
+    if (nt != p->want_nt || t < 0 || t >= nt || t >= 8)
+        atomic_fetch_add(&p->bad, 1);
+    else
+        atomic_fetch_add(&p->hits[t], 1);
+}
+
+// n sections on nt threads: every part exactly once each time.
+static int team_sections(int nt, int n) {
+    int wrong = 0;
+    for (int i = 0; i < n; i++) {
+        team_probe p = {.want_nt = nt};
+        mf_cpu_team_run(team_part, &p);
+        int ok = atomic_load(&p.bad) == 0;
+        for (int t = 0; t < 8; t++) ok &= atomic_load(&p.hits[t]) == (t < nt);
+        wrong += !ok;
+    }
+    return wrong;
+}
+
+static void *team_thread(void *arg) {
+#ifdef _OPENMP
+    omp_set_num_threads(2); // this thread's own setting
+#endif
+    *(int *)arg = team_sections(2, 300);
+    return NULL;
+}
+
+static void test_team(void) {
+    int before = g_fails;
+#ifdef _OPENMP
+    const int saved = omp_get_max_threads();
+    for (int spin = 1; spin >= 0; spin--) { // helpers that spin, then helpers that sleep at once
+        mf_cpu_team_spin(spin);
+        omp_set_num_threads(3);
+        CHECK(team_sections(3, 2000) == 0, "3 threads, spin %d: a section ran a part twice, none, or with a wrong nt", spin);
+        omp_set_num_threads(2); // fewer than the helpers started: the third one sits it out
+        CHECK(team_sections(2, 2000) == 0, "2 threads, spin %d: a section ran a part twice, none, or with a wrong nt", spin);
+    }
+    mf_cpu_team_spin(true);
+    omp_set_num_threads(1);
+    CHECK(team_sections(1, 10) == 0, "1 thread: the caller alone, t = 0, nt = 1");
+    omp_set_num_threads(2);
+    int inner_wrong = 0;
+#pragma omp parallel num_threads(2) reduction(+ : inner_wrong)
+    inner_wrong += team_sections(1, 50); // inside a region: the caller alone, as a nested region would be
+    CHECK(inner_wrong == 0, "inside an OpenMP region: %d sections not run on the caller alone", inner_wrong);
+    // two callers at once: one holds the team, the other takes an OpenMP region
+    pthread_t th;
+    int other = -1;
+    CHECK(pthread_create(&th, NULL, team_thread, &other) == 0, "pthread_create");
+    const int mine = team_sections(2, 300);
+    pthread_join(th, NULL);
+    CHECK(mine == 0 && other == 0, "two callers at once: %d and %d sections wrong", mine, other);
+    omp_set_num_threads(saved);
+#endif
+    section("cpu team", before, " (sections on 1-3 threads, spinning and sleeping helpers, nested, two callers)");
+}
+
 int main(void) {
 #ifdef _OPENMP
     // Nothing here needs threads, and libgomp's idle pool threads would show
@@ -1049,6 +1119,7 @@ int main(void) {
     test_f16();
     test_bf16();
     test_row_narrow();
+    test_team();
     test_tensor();
     mf_backend *be = NULL;
     if (mf_backend_init("cpu", &be) != MF_OK) {

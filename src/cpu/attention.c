@@ -31,6 +31,7 @@
 // anything is written.
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -41,6 +42,7 @@
 #include "core/error.h"
 #include "cpu/cpu.h"
 #include "cpu/skinny.h"
+#include "cpu/team.h"
 #include "cpu/vmath.h"
 
 // Keys per block: 128 keeps the S tile (M x BN floats) in L2 for prefill
@@ -457,6 +459,35 @@ static int64_t dec_chunks(const att_geom *G, const att_seq *s, int64_t *lo, int6
     return *hi > *lo ? (*hi - 1) / kDecodeChunk - *lo / kDecodeChunk + 1 : 0;
 }
 
+// One of dec_attention's two sections: its chunks (merge false) or its
+// sequences' merges, dealt out one at a time (a chunk's partial, or a
+// sequence's output, does not depend on which thread computes it).
+typedef struct {
+    const att_geom *G;
+    const dec_item *items;
+    const int64_t *first;          // (batch + 1): sequence b's items are [first[b], first[b + 1])
+    float *pm, *pl, *po;           // partials: (items, Rmax) max and sum, (items, Rmax, D) output
+    float *scratch;                // (threads, per_thread)
+    int64_t per_thread, Rmax;
+    bool fast, merge;
+    _Atomic int64_t next;          // the next chunk (or sequence) to take
+    int64_t n;                     // chunks (or sequences)
+} dec_job;
+
+static void dec_part(void *arg, int t, int nt) {
+    (void)nt;
+    dec_job *j = arg;
+    const att_geom *G = j->G;
+    const int64_t Rmax = j->Rmax, D = G->D;
+    dec_scratch w = {.q = j->scratch + t * j->per_thread};
+    w.s = w.q + Rmax * D, w.t = w.s + Rmax * kDecodeChunk, w.rows = (int32_t *)(w.t + D);
+    for (int64_t i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;)
+        if (!j->merge)
+            dec_run(G, &j->items[i], &w, j->fast, j->pm + i * Rmax, j->pl + i * Rmax, j->po + i * Rmax * D);
+        else if (dec_seq(G, &G->seq[i]))
+            dec_merge(G, (int32_t)i, j->first[i], j->first[i + 1], Rmax, j->pm, j->pl, j->po, &w, j->fast);
+}
+
 static mf_status dec_attention(const att_geom *G, int64_t qmax) {
     const mf_attention_args *p = G->p;
     const int64_t H = G->H, D = G->D, Rmax = qmax * H;
@@ -492,20 +523,16 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
     const mf_dtype kt = p->k.dtype;
     const bool fast = mf_cpu_avx512() && (kt == MF_DTYPE_F32 || kt == MF_DTYPE_F16 || kt == MF_DTYPE_BF16) &&
                       p->v.dtype == kt && D % 16 == 0 && D <= 256;
-#pragma omp parallel if (use_threads(n_items > 1 || p->batch > 1))
-    {
-        int me = 0;
-#ifdef _OPENMP
-        me = omp_get_thread_num();
-#endif
-        dec_scratch w = {.q = scratch + me * per_thread};
-        w.s = w.q + Rmax * D, w.t = w.s + Rmax * kDecodeChunk, w.rows = (int32_t *)(w.t + D);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < n_items; i++)
-            dec_run(G, &items[i], &w, fast, pm + i * Rmax, pl + i * Rmax, po + i * Rmax * D);
-#pragma omp for schedule(dynamic, 1)
-        for (int32_t b = 0; b < p->batch; b++)
-            if (dec_seq(G, &G->seq[b])) dec_merge(G, b, first[b], first[b + 1], Rmax, pm, pl, po, &w, fast);
+    dec_job j = {.G = G, .items = items, .first = first, .pm = pm, .pl = pl, .po = po, .scratch = scratch,
+                 .per_thread = per_thread, .Rmax = Rmax, .fast = fast, .n = n_items};
+    const bool par = use_threads(n_items > 1 || p->batch > 1); // on the hot team (team.h)
+    for (int merge = 0; merge < 2; merge++) { // the chunks, then the merges
+        j.merge = merge, j.n = merge ? p->batch : n_items;
+        atomic_store(&j.next, 0);
+        if (par)
+            mf_cpu_team_run(dec_part, &j);
+        else
+            dec_part(&j, 0, 1);
     }
     free(first);
     return MF_OK;

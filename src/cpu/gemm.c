@@ -7,12 +7,14 @@
 // kernel of gemm_avx512.c where the CPU has it (no widened panels).
 #include <cblas.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "cpu/cpu.h"
 #include "cpu/skinny.h"
+#include "cpu/team.h"
 #include "cpu/vmath.h"
 #include "kernels/mat_layout.h"
 
@@ -111,6 +113,41 @@ MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, c
 }
 #undef SK_DT
 
+#if MF_CPU_AVX2_KERNELS
+typedef struct {
+    int64_t m;
+    mf_dtype dt;
+    int64_t n, k;
+    const float *a; // (m, k), row stride lda
+    int64_t lda;
+    const char *w; // W (n, k), row stride ldw elements
+    int64_t ldw;
+    float alpha, beta;
+    float *c; // (m, n), row stride ldc
+    int64_t ldc;
+    _Atomic int64_t next; // W's first row not yet taken
+} sk_job;
+
+// Take W's rows in guided pieces (each 1 / (2 nt) of what is left, at least
+// 64 rows) until none are left: the threads finish together whichever one
+// started late or read slower (a static half each left one spinning 1-3% of
+// a SmolLM2 decode step; perf). A row's bits do not depend on its piece.
+static void sk_part(void *arg, int t, int nt) {
+    (void)t;
+    sk_job *j = arg;
+    int64_t r0 = atomic_load_explicit(&j->next, memory_order_relaxed);
+    while (r0 < j->n) {
+        int64_t len = (j->n - r0) / (2 * nt);
+        len = len < 64 ? 64 : len;
+        const int64_t r1 = r0 + len < j->n ? r0 + len : j->n;
+        if (!atomic_compare_exchange_weak_explicit(&j->next, &r0, r1, memory_order_relaxed, memory_order_relaxed))
+            continue; // r0 is now the current value
+        mf_cpu_sk_nt_avx2(j->m, j->dt, j->k, j->a, j->lda, j->w, j->ldw, j->alpha, j->beta, j->c, j->ldc, r0, r1);
+        r0 = atomic_load_explicit(&j->next, memory_order_relaxed);
+    }
+}
+#endif
+
 // c (m <= 8 rows, f32, row stride ldc) = alpha a @ b + beta c; a f32 row-major
 // (m, k), in sk order for a bf16 Linear weight (sk_order_rows); b (k, n)
 // in dtype dt: a Linear weight W (n, k) (linear) or row-major. A Linear
@@ -122,17 +159,14 @@ MF_CPU_HOT static void sk_task(bool linear, mf_dtype dt, int64_t m, int64_t k, c
 static void sk_gemm(bool linear, mf_dtype dt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                     const void *b, int64_t ldb, float alpha, float beta, float *c, int64_t ldc, float *part) {
 #if MF_CPU_AVX2_KERNELS
-    // The AVX2 kernels: each thread its contiguous share of W's rows, read as
-    // stripes side by side (skinny_avx2.c); tasks of 16 rows kept the streams
-    // adjacent and read at 81-84% of the read roof where stripes read at
-    // 84-94% (TinyLlama shapes, `bench gemv --shapes tinyllama --m 1`).
+    // The AVX2 kernels: guided pieces of W's rows, each read as stripes side
+    // by side (skinny_avx2.c); tasks of 16 rows kept the streams adjacent
+    // and read at 81-84% of the read roof where stripes read at 84-94%
+    // (TinyLlama shapes, `bench gemv --shapes tinyllama --m 1`).
+    // On the hot team (team.h): a decode step runs ~130 of these, 80-400 us each.
     if (linear && mf_cpu_avx2()) {
-#pragma omp parallel
-        {
-            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-            const int64_t r0 = n * t / nt, r1 = n * (t + 1) / nt;
-            mf_cpu_sk_nt_avx2(m, dt, k, a, lda, (const char *)b, ldb, alpha, beta, c, ldc, r0, r1);
-        }
+        sk_job j = {m, dt, n, k, a, lda, (const char *)b, ldb, alpha, beta, c, ldc, 0};
+        mf_cpu_team_run(sk_part, &j);
         return;
     }
 #endif

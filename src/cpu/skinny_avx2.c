@@ -87,14 +87,16 @@ AVX2_INLINE void nt_tile(const int M, const int RW, const mf_dtype dt, int64_t k
         for (int q = 0; q < RW; q++) acc[r][q] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= k; i += 16) {
-        // the next tile's rows at the same k (each stream's next row when
-        // rs > 1): their pages start streaming before the loop gets there
-        // (on the dev VM 16-18 -> 20-21 GB/s of bf16 weights at m = 1; a
-        // prefetch 512-2048 bytes ahead in the same rows gained less). Past
-        // the matrix's end a prefetch is a no-op.
+        // each stream 1 KB ahead (a stripe's rows are contiguous: past a
+        // row's end, the next row's start). Without it bf16 weights read at
+        // 16-18 GB/s on the dev VM; a stream's next row at the same k (until
+        // 2026-11-28) read as well for rows of <= 2 KB but left longer rows'
+        // lines in L1 so long that they were evicted first: SmolLM2's down
+        // projection (5 KB rows) 22.3-22.6 -> 24.0-24.4 GB/s, TinyLlama's
+        // shapes 23.5-24.1 -> 24.5-24.7 (docs/notes/cpu.md). Past the
+        // matrix's end a prefetch is a no-op.
 #pragma GCC unroll 4
-        for (int q = 0; q < RW; q++)
-            _mm_prefetch(wj + (rs > 1 ? ldw_bytes + q * qs : (RW + q) * ldw_bytes) + i * es, _MM_HINT_T0);
+        for (int q = 0; q < RW; q++) _mm_prefetch(wj + q * qs + i * es + 1024, _MM_HINT_T0);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) { // a half of the block of a's M rows in registers, then RW rows of W
             __m256 av[4];
