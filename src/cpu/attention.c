@@ -529,7 +529,7 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
     for (int merge = 0; merge < 2; merge++) { // the chunks, then the merges
         j.merge = merge, j.n = merge ? p->batch : n_items;
         atomic_store(&j.next, 0);
-        if (par)
+        if (par && (!merge || p->batch > 1)) // one sequence's merge: the caller alone
             mf_cpu_team_run(dec_part, &j);
         else
             dec_part(&j, 0, 1);

@@ -7,7 +7,7 @@
 // CPU without them.
 //
 // Register tile: RW weight rows x M rows of a, one accumulator each, the
-// rows taken from RW stripes of the thread's range (RW streams far apart
+// rows taken from RW stripes of the rows given (a guided piece, gemm.c; RW streams far apart
 // read side by side: more misses in flight than one row at a time, which
 // read bf16 at ~75% of the read bandwidth on the dev VM; docs/notes/cpu.md),
 // each 16-element load widened once for M rows of a. The lanes of an accumulator are summed in a fixed tree, the k
@@ -88,13 +88,13 @@ AVX2_INLINE void nt_tile(const int M, const int RW, const mf_dtype dt, int64_t k
     int64_t i = 0;
     for (; i + 16 <= k; i += 16) {
         // each stream 1 KB ahead (a stripe's rows are contiguous: past a
-        // row's end, the next row's start). Without it bf16 weights read at
-        // 16-18 GB/s on the dev VM; a stream's next row at the same k (until
-        // 2026-11-28) read as well for rows of <= 2 KB but left longer rows'
-        // lines in L1 so long that they were evicted first: SmolLM2's down
-        // projection (5 KB rows) 22.3-22.6 -> 24.0-24.4 GB/s, TinyLlama's
-        // shapes 23.5-24.1 -> 24.5-24.7 (docs/notes/cpu.md). Past the
-        // matrix's end a prefetch is a no-op.
+        // row's end, the next row's start): without a prefetch bf16 weights
+        // read at 16-18 GB/s on the dev VM. A stream's next row at the same k
+        // (until 2026-11-28) did as well for rows of <= 2 KB but not for
+        // longer ones (their lines wait in L1 the longer, probably evicted
+        // first): SmolLM2's down projection (5 KB rows) 22.3-22.9 -> 23.2-24.4
+        // GB/s, TinyLlama's step 20.2 / 23.2 -> 22.2 / 24.7 GB/s
+        // (docs/notes/cpu.md). Past the matrix's end a prefetch is a no-op.
 #pragma GCC unroll 4
         for (int q = 0; q < RW; q++) _mm_prefetch(wj + q * qs + i * es + 1024, _MM_HINT_T0);
 #pragma GCC unroll 2
