@@ -54,6 +54,7 @@ static struct {
     void *arg;
     int nt;                 // its thread count
     int helpers;            // helper threads started (they live as long as the process)
+    bool failed;            // a helper could not start: no more tries
     _Atomic int fits;       // 1: the caller + the helpers fit the CPUs this process may run on
     uint32_t start_gen[kTeamMax]; // gen when helper t was started: it waits for the next
 } T = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -84,12 +85,12 @@ static bool spin_ok(void) {
 
 // Whether the machine is shared, as the caller sees it every kTeamCheckNs:
 // more threads runnable system-wide (/proc/loadavg's fourth field; this one
-// and any spinning or working helper included) than the team's nt, twice in
+// and any spinning or working helper included) than the team has, twice in
 // a row. Then no spinning for kTeamQuietNs: whoever else is runnable gets
 // the CPU a spinning helper would take. (Preemption counts, getrusage's
 // ru_nivcsw, were no signal: kernel threads preempt 25-80 times a second
 // on the idle dev VM.) Under T.lock.
-static void check_shared(int nt) {
+static void check_shared(int team) {
     static int64_t last_ns;
     static int fd = -2, strikes;
     const int64_t t = now_ns();
@@ -102,7 +103,7 @@ static void check_shared(int nt) {
     buf[n] = 0;
     long running = 0; // "0.50 0.40 0.30 2/79 1234": 2 runnable
     if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1) return;
-    strikes = running > nt ? strikes + 1 : 0;
+    strikes = running > team ? strikes + 1 : 0;
     if (strikes >= 2) atomic_store_explicit(&T.quiet_until, t + kTeamQuietNs, memory_order_relaxed);
 }
 
@@ -162,23 +163,33 @@ static void *helper(void *p) {
     return NULL;
 }
 
-// A child of fork() has no helpers: start again (the lock is not held across fork).
+// A child of fork() has no helpers: start again. The lock may have been held
+// by a thread of the parent's that the child doesn't have (a section
+// running while another thread forked): a fresh one.
 static void team_forked(void) {
-    T.helpers = 0;
+    pthread_mutex_init(&T.lock, NULL);
+    T.helpers = 0, T.failed = false;
     atomic_store(&T.sleepers, 0);
     atomic_store(&T.waiting, 0);
 }
 static pthread_once_t team_init = PTHREAD_ONCE_INIT;
 static void team_once(void) {
     pthread_atfork(NULL, NULL, team_forked);
-    const char *s = getenv("MINFER_CPU_SPIN"), *w = getenv("OMP_WAIT_POLICY");
+    const char *s = getenv("MINFER_CPU_SPIN"), *w = getenv("OMP_WAIT_POLICY"), *b = getenv("OMP_PROC_BIND");
     if (s && !strcmp(s, "0")) atomic_store(&T.spin_off, 1);
-    T.omp = w && !strcasecmp(w, "active");
+    // ACTIVE: OpenMP's threads spin already. OMP_PROC_BIND / OMP_PLACES:
+    // libgomp pins its threads to places; helpers started from the pinned
+    // caller would share its one CPU. Either way: OpenMP regions.
+    T.omp = (w && !strcasecmp(w, "active")) || (b && strcasecmp(b, "false")) || getenv("OMP_PLACES");
 }
 
-// At least n helpers running (under T.lock); false when a thread can't start.
+// At least n helpers running (under T.lock); false when a thread can't
+// start (then no more tries: OpenMP regions from there on). Helpers inherit
+// the caller's CPU mask (OpenMP's binding is excluded in team_once).
 static bool grow(int n) {
     if (T.helpers >= n) return true;
+    cpu_set_t cs;
+    if (T.failed || sched_getaffinity(0, sizeof cs, &cs) != 0) return false;
     pthread_attr_t at;
     if (pthread_attr_init(&at) != 0) return false;
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -189,14 +200,16 @@ static bool grow(int n) {
         const int t = T.helpers + 1;
         pthread_t th;
         T.start_gen[t] = atomic_load(&T.gen);
-        if (pthread_create(&th, &at, helper, (void *)(intptr_t)t) != 0) break;
+        if (pthread_create(&th, &at, helper, (void *)(intptr_t)t) != 0) {
+            T.failed = true;
+            break;
+        }
         pthread_setname_np(th, "minfer-team");
         T.helpers = t;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&at);
-    cpu_set_t cs;
-    atomic_store(&T.fits, sched_getaffinity(0, sizeof cs, &cs) == 0 && T.helpers + 1 <= CPU_COUNT(&cs));
+    atomic_store(&T.fits, T.helpers + 1 <= CPU_COUNT(&cs));
     return T.helpers >= n;
 }
 
@@ -222,7 +235,7 @@ void mf_cpu_team_run(mf_team_fn fn, void *arg) {
             if (atomic_load(&T.sleepers) > 0) futex_wake(&T.gen, INT_MAX);
             fn(arg, 0, nt);
             wait_done((uint32_t)T.helpers);
-            check_shared(nt);
+            check_shared(T.helpers + 1); // spinning helpers past nt count as runnable too
             T.last_end = now_ns();
             pthread_mutex_unlock(&T.lock);
             return;

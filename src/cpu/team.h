@@ -26,8 +26,9 @@ typedef void (*mf_team_fn)(void *arg, int t, int nt);
 // an OpenMP region would) and return when every part is done. One caller
 // at a time holds the team; another caller at the same moment, a caller
 // inside an OpenMP region (nt = 1 there, as in a nested region), a process
-// run with OMP_WAIT_POLICY=ACTIVE (OpenMP's threads spin anyway), or a build
-// without Linux futexes runs the section as an OpenMP region instead.
+// run with OMP_WAIT_POLICY=ACTIVE (OpenMP's threads spin anyway) or with
+// OMP_PROC_BIND / OMP_PLACES (OpenMP pins its threads), or a build without
+// Linux futexes runs the section as an OpenMP region instead.
 void mf_cpu_team_run(mf_team_fn fn, void *arg);
 
 // Measurements and tests: spinning allowed (the default, subject to the
