@@ -31,7 +31,6 @@ int main(void) {
                 for (int i = 0; i < kLen; i++) wrong += g_data[t][i] != r + t + i;
         }
     }
-    printf("team under ThreadSanitizer: %d x 2 sections on %d threads, %ld wrong values\n", kSections, kThreads,
-           wrong);
+    printf("team under ThreadSanitizer: %d x 2 sections on %d threads, %ld wrong values\n", kSections, kThreads, wrong);
     return wrong != 0;
 }

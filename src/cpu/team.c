@@ -14,14 +14,14 @@
 
 #if defined(__linux__) && defined(_OPENMP)
 #define TEAM_FUTEX 1
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <fcntl.h>
 #include <sched.h>
-#include <stdio.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +34,7 @@ enum { kTeamMax = 64 }; // threads in a section (the caller + 63 helpers)
 // Spin budget of one wait: about two wake-ups of a sleeping thread on the dev
 // VM (10-20 us each), so that spinning never costs more than twice what
 // sleeping would have (the classic spin-then-block bound); the gaps between
-// a decode step's sections are 1-10 us.
+// a SmolLM2 decode step's sections are 1-16 us, a tenth of them 16-32.
 static const int64_t kTeamSpinNs = 30000;
 static const int64_t kTeamQuietNs = 100000000; // no spinning for 100 ms once the machine looks shared
 static const int64_t kTeamCheckNs = 5000000;   // the caller looks every 5 ms (check_shared)
@@ -46,16 +46,16 @@ static struct {
     _Atomic int sleepers;        // helpers asleep on gen
     _Atomic int waiting;         // 1: the caller is asleep on done
     _Atomic int spin_off;        // 1: never spin (mf_cpu_team_spin, MINFER_CPU_SPIN=0)
-    bool omp;                    // OMP_WAIT_POLICY=ACTIVE: OpenMP's spinning threads are hot already; use them
+    bool omp;                    // OpenMP regions instead (ACTIVE policy, or OpenMP binds threads: team_once)
     _Atomic int64_t quiet_until; // CLOCK_MONOTONIC ns: no spinning before it (the machine looked shared)
     _Atomic int close;           // 1: the last gap between two sections was under kTeamSpinNs
     int64_t last_end;            // when the last section ended (ns; the caller's)
     mf_team_fn fn;               // the current section (written before gen is bumped)
     void *arg;
-    int nt;                 // its thread count
-    int helpers;            // helper threads started (they live as long as the process)
-    bool failed;            // a helper could not start: no more tries
-    _Atomic int fits;       // 1: the caller + the helpers fit the CPUs this process may run on
+    int nt;                       // its thread count
+    int helpers;                  // helper threads started (they live as long as the process)
+    bool failed;                  // a helper could not start: no more tries
+    _Atomic int fits;             // 1: the caller + the helpers fit the CPUs this process may run on
     uint32_t start_gen[kTeamMax]; // gen when helper t was started: it waits for the next
 } T = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -68,7 +68,9 @@ static int64_t now_ns(void) {
 static void futex_wait(_Atomic uint32_t *w, uint32_t v) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
 }
-static void futex_wake(_Atomic uint32_t *w, int n) { syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
+static void futex_wake(_Atomic uint32_t *w, int n) {
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
 
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -79,7 +81,8 @@ static inline void relax(void) {
 }
 
 static bool spin_ok(void) {
-    return atomic_load_explicit(&T.fits, memory_order_relaxed) && !atomic_load_explicit(&T.spin_off, memory_order_relaxed) &&
+    return atomic_load_explicit(&T.fits, memory_order_relaxed) &&
+           !atomic_load_explicit(&T.spin_off, memory_order_relaxed) &&
            now_ns() >= atomic_load_explicit(&T.quiet_until, memory_order_relaxed);
 }
 
