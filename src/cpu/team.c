@@ -110,6 +110,16 @@ static void check_shared(int team) {
     if (strikes >= 2) atomic_store_explicit(&T.quiet_until, t + kTeamQuietNs, memory_order_relaxed);
 }
 
+// Spin at most kTeamSpinNs until (*w == v) == eq; whether that came true.
+static bool spin_for(_Atomic uint32_t *w, uint32_t v, bool eq) {
+    const int64_t t0 = now_ns();
+    for (int i = 1;; i++) {
+        if ((atomic_load_explicit(w, memory_order_acquire) == v) == eq) return true;
+        if (i % 64 == 0 && now_ns() - t0 > kTeamSpinNs) return false;
+        relax();
+    }
+}
+
 // Until gen != seen (a helper waiting for the next section); returns gen.
 // Spins only while sections come close together (the last gap was short):
 // a serving step at 32 sequences runs attention on the team between GEMMs
@@ -117,14 +127,8 @@ static void check_shared(int team) {
 // a core from OpenMP's threads.
 static uint32_t wait_gen(uint32_t seen) {
     uint32_t g;
-    if (atomic_load_explicit(&T.close, memory_order_relaxed) && spin_ok()) {
-        const int64_t t0 = now_ns();
-        for (int i = 1;; i++) {
-            if ((g = atomic_load_explicit(&T.gen, memory_order_acquire)) != seen) return g;
-            if (i % 64 == 0 && now_ns() - t0 > kTeamSpinNs) break;
-            relax();
-        }
-    }
+    if (atomic_load_explicit(&T.close, memory_order_relaxed) && spin_ok() && spin_for(&T.gen, seen, false))
+        return atomic_load_explicit(&T.gen, memory_order_acquire);
     for (;;) { // seq_cst: either the caller sees sleepers > 0 or this sees the new gen
         atomic_fetch_add(&T.sleepers, 1);
         if (atomic_load(&T.gen) == seen) futex_wait(&T.gen, seen);
@@ -135,14 +139,7 @@ static uint32_t wait_gen(uint32_t seen) {
 
 // Until done == n (the caller waiting for the helpers).
 static void wait_done(uint32_t n) {
-    if (spin_ok()) {
-        const int64_t t0 = now_ns();
-        for (int i = 1;; i++) {
-            if (atomic_load_explicit(&T.done, memory_order_acquire) == n) return;
-            if (i % 64 == 0 && now_ns() - t0 > kTeamSpinNs) break;
-            relax();
-        }
-    }
+    if (spin_ok() && spin_for(&T.done, n, true)) return;
     for (;;) { // seq_cst: either a helper sees waiting or this sees its count
         atomic_store(&T.waiting, 1);
         const uint32_t d = atomic_load(&T.done);
