@@ -1045,6 +1045,58 @@ static void test_row_narrow(void) {
     section("row narrowing", before, what);
 }
 
+// ---- decode attention's softmax row in AVX-512 (src/cpu/attention_avx512.c) --
+
+// Every length 1..64 (the chunk), scores with outliers, -inf (masked) and
+// NaN entries, and rows all -inf, against float64: m the largest non-NaN
+// score exactly, exp of the f32 difference s - m within 2 ulp (2.4e-7) (1e-37 absolute: the exp
+// flushes below 2^-126 to 0), NaN and -inf to 0, l the sum within 1e-6.
+static void test_dec_softmax(void) {
+    int before = g_fails;
+    if (!mf_cpu_avx512()) {
+        section("cpu decode softmax (AVX-512)", before, " (skipped: no AVX-512 here, or the AVX2 kernels are off)");
+        return;
+    }
+    uint64_t rng = 88172645463325252ull;
+    float s[64], keep[64];
+    int64_t rows = 0, worst_n = 0;
+    double worst = 0.0;
+    for (int rep = 0; rep < 40; rep++)
+        for (int n = 1; n <= 64; n++, rows++) {
+            const int kind = rep % 5; // 0-1: plain, 2: outliers, 3: masked entries and a NaN, 4: all masked
+            for (int i = 0; i < n; i++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                float v = (float)((double)(rng >> 11) / 9007199254740992.0 * 20.0 - 10.0);
+                if (kind == 2 && i % 7 == 3) v *= 30.0f;
+                if ((kind == 3 && i % 5 == 1) || kind == 4) v = -INFINITY;
+                if (kind == 3 && i == n / 2 && n > 2) v = NAN;
+                s[i] = keep[i] = v;
+            }
+            float m = 0.0f, l = -1.0f;
+            mf_cpu_dec_softmax_avx512(s, n, &m, &l);
+            double want_m = -INFINITY, want_l = 0.0;
+            for (int i = 0; i < n; i++)
+                if (keep[i] == keep[i] && keep[i] > want_m) want_m = keep[i];
+            int bad_at = -1;
+            for (int i = 0; i < n; i++) {
+                const float d = keep[i] - (float)want_m; // rounded as the kernel's f32 difference is
+                const double e = keep[i] == keep[i] && want_m != -INFINITY ? exp((double)d) : 0.0;
+                const double err = fabs((double)s[i] - e) / (e > 1e-37 ? e : 1e-37 / 2.4e-7);
+                if (err > worst) worst = err, worst_n = n;
+                if (!(err <= 2.4e-7) && bad_at < 0) bad_at = i;
+                want_l += e;
+            }
+            const bool bad_l = !(fabs((double)l - want_l) <= 1e-6 * want_l) || (want_l == 0.0 && l != 0.0f);
+            CHECK(m == (float)want_m && bad_at < 0 && !bad_l,
+                  "softmax row n=%d kind %d: m %g (want %g), l %g (want %g), first bad exp at %d: %g of %g", n, kind,
+                  m, want_m, l, want_l, bad_at, bad_at < 0 ? 0.0 : s[bad_at], bad_at < 0 ? 0.0 : (double)keep[bad_at]);
+        }
+    char what[96];
+    snprintf(what, sizeof what, " (%lld rows of 1-64 scores; worst exp error %.2g of its value, n=%lld)",
+             (long long)rows, worst, (long long)worst_n);
+    section("cpu decode softmax (AVX-512)", before, what);
+}
+
 // ---- the CPU's hot team (src/cpu/team.h) ------------------------------------------
 
 typedef struct {
@@ -1188,6 +1240,7 @@ int main(void) {
     test_f16();
     test_bf16();
     test_row_narrow();
+    test_dec_softmax();
     test_team();
     test_tensor();
     mf_backend *be = NULL;

@@ -396,6 +396,10 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
         const int64_t c0 = lo - it->j0, c1 = hi - it->j0;
         for (int64_t c = 0; c < nb && c < c0; c++) sr[c] = -INFINITY;
         for (int64_t c = c1 > 0 ? c1 : 0; c < nb; c++) sr[c] = -INFINITY;
+        if (fast) {
+            mf_cpu_dec_softmax_avx512(sr, nb, &pm[r], &pl[r]);
+            continue;
+        }
         pm[r] = mf_row_max(sr, nb);
         if (pm[r] == -INFINITY) {
             memset(sr, 0, (size_t)nb * sizeof(float));

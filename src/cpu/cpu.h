@@ -61,11 +61,13 @@ size_t mf_cpu_gemm_avx512_floats(int64_t m, int64_t k);
 // of q, f32, at q + r D); key j's kv head g at kp[j] + g hs elements (D of
 // them; kp in bytes), value likewise at vp[j]. qk: s[row lds + j] = scale
 // q_row . k_j, j < nk rounded up to 4 (lds >= it); pv: o[row D + d] =
-// sum_{j < nk} p[row ldp + j] v_j[d].
+// sum_{j < nk} p[row ldp + j] v_j[d]; softmax: one row of scores s[0..n)
+// to exp(s - m) with *m their max, *l their sum.
 void mf_cpu_dec_qk_avx512(mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
                           const char *const *kp, int64_t hs, int64_t nk, float scale, float *s, int64_t lds);
 void mf_cpu_dec_pv_avx512(mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
                           const char *const *vp, int64_t hs, int64_t nk, int64_t D, float *o);
+void mf_cpu_dec_softmax_avx512(float *s, int64_t n, float *m, float *l);
 void mf_cpu_gemm_avx512(mf_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                         const void *w, int64_t ldw, float beta, float *c, int64_t ldc, float *ap);
 

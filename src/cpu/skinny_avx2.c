@@ -21,10 +21,8 @@
 
 #if MF_CPU_AVX2_KERNELS
 #include <cpuid.h>
-#include <immintrin.h>
 
-#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#include "cpu/avx2.h"
 
 static int g_avx2 = -1; // -1: not decided yet (a race only decides the same twice)
 
