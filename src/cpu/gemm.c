@@ -366,10 +366,13 @@ mf_status mf_cpu_gemm(mf_backend *be, const mf_gemm_args *p) {
     const bool a_wide = p->a.dtype != MF_DTYPE_F32, b_wide = p->b.dtype != MF_DTYPE_F32;
     const bool c_f32 = p->c.dtype == MF_DTYPE_F32;
     // Skinny: m <= 8 (f16/bf16: it reads b in its dtype instead of widening
-    // all of it); f32: not one row (sgemv streams it as fast). a is staged as
+    // all of it); f32: not one row (sgemv streams it as fast) unless b is a
+    // Linear weight and the AVX2 kernels run: they stream it on the hot team
+    // where sgemv's OpenMP region woke a sleeping thread per call (SmolLM2
+    // f32 decode 66-68 -> 60-61 ms a step; docs/notes/cpu.md). a is staged as
     // packed f32 rows when it is not. (A row-major b took sgemm at 5..8 rows
     // until its loop split k: docs/notes/cpu.md.)
-    const bool skinny = k > 0 && m <= 8 && (b_wide || m > 1);
+    const bool skinny = k > 0 && m <= 8 && (b_wide || m > 1 || (lb.col_major && mf_cpu_avx2()));
     const bool sk_order_a = skinny && lb.col_major && v8_sk(p->b.dtype); // a's blocks match a bf16 W's loads
     const bool stage_a = k > 0 && (a_wide || (skinny && la.col_major) || sk_order_a);
     // a 16-bit Linear weight against f32 rows of a: widened in registers
