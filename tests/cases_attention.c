@@ -822,8 +822,8 @@ void th_cases_attention(th_list *l) {
     // 9. Decode over an f32 cache at the shapes of the CPU's AVX-512 products
     //    (src/cpu/attention_avx512.c; elsewhere the portable loops): head_dim
     //    16, 32 (the default model's 6/2 heads), 64, 80 (a 64-column block
-    //    and one of 16) and 256; 3, 5 and 6 query rows a kv head (tiles of 4,
-    //    one padded; 6: two queries of a sequence), key counts off multiples
+    //    and one of 16) and 256; 3, 5 and 6 query rows a kv head (a tile of
+    //    3; 4 + 1; 4 + 2: two queries of a sequence), key counts off multiples
     //    of 4 (a chunk of 63 or 1), paged and slotted caches, a window.
     {
         const int64_t q1[4] = {1, 1, 1, 1}, k1[4] = {160, 63, 129, 1};

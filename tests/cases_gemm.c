@@ -438,6 +438,14 @@ void th_cases_gemm(th_list *l) {
             add_gemm(l, &p);
         }
 
+    for (int c = 0; c < N_COMBOS; c++) // one row (decode's GEMV) with alpha, beta != 0 and the epilogues, a padded c
+        for (int ta = 0; ta < 2; ta++) {
+            gemm_p p = {.dt = combos[c][0], .ct = combos[c][1], .m = 1, .n = 65, .k = 129, .ta = ta, .tb = true,
+                        .bias = true, .act = ta ? MF_EPILOGUE_GELU : MF_EPILOGUE_NONE, .alpha = -1.5f, .beta = 0.25f,
+                        .pad_c = 3};
+            add_gemm(l, &p);
+        }
+
     // 5. Leading dimensions and pointers aligned to 16 bytes (n = 64, k = 128;
     //    a transposed a, stored (128, 37), padded to ld 40): what cuBLASLt's
     //    fused epilogue needs, so on CUDA these take the

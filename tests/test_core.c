@@ -1072,8 +1072,12 @@ static void test_dec_softmax(void) {
                 if (kind == 3 && i == n / 2 && n > 2) v = NAN;
                 s[i] = keep[i] = v;
             }
+            for (int i = n; i < 64; i++) s[i] = -7.0f; // past the row: must stay
             float m = 0.0f, l = -1.0f;
             mf_cpu_dec_softmax_avx512(s, n, &m, &l);
+            int past = 0;
+            for (int i = n; i < 64; i++) past += s[i] != -7.0f;
+            CHECK(past == 0, "softmax row n=%d: %d values past the row written", n, past);
             double want_m = -INFINITY, want_l = 0.0;
             for (int i = 0; i < n; i++)
                 if (keep[i] == keep[i] && keep[i] > want_m) want_m = keep[i];

@@ -39,7 +39,7 @@ MF_AVX512_INLINE void qk_tile(const mf_dtype dt, const int NR, const float *q, i
     const float *qr[4];
     for (int e = 0; e < NR; e++) qr[e] = q + (int64_t)rows[e] * D;
     __m512 acc[16];
-    for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps(); // rows past NR stay 0 (folded away)
+    for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps(); // rows past NR: 0 (their lanes go unstored)
     for (int64_t d = 0; d < D; d += 16) {
         const __m512 k0 = ld16(dt, kr[0] + d * es), k1 = ld16(dt, kr[1] + d * es);
         const __m512 k2 = ld16(dt, kr[2] + d * es), k3 = ld16(dt, kr[3] + d * es);
