@@ -310,38 +310,63 @@ static void wide_b_gemm(const mf_gemm_args *p, const mf_mat_layout *lb, int64_t 
 // sleeping) OpenMP threads costs ~10-20 us, a thread's 2^18 multiply-adds about as much.
 enum { F32_PAR_MACS = 1 << 18 };
 
+typedef struct {
+    int64_t m, n, k, parts;
+    float alpha, beta;
+    const float *A; // (m, k) as ta says, leading dimension lda
+    CBLAS_TRANSPOSE ta;
+    blasint lda;
+    const float *B; // W (n, k) (b_col_major) or (k, n), leading dimension ldb
+    bool b_col_major;
+    blasint ldb;
+    float *out; // (m, n), row stride ldo
+    blasint ldo;
+} f32_job;
+
+// Thread t's panels of c's columns: q = t, t + nt, ... < parts (panel q's
+// columns, and so its bits, depend on parts alone).
+static void f32_part(void *arg, int t, int nt) {
+    const f32_job *j = arg;
+    for (int64_t q = t; q < j->parts; q += nt) {
+        const int64_t n = j->n, j0 = n * q / j->parts / 16 * 16;
+        const int64_t j1 = q + 1 == j->parts ? n : n * (q + 1) / j->parts / 16 * 16, w = j1 - j0;
+        if (w <= 0) continue;
+        const float *Bq = j->b_col_major ? j->B + j0 * j->ldb : j->B + j0;
+        if (j->m == 1) {
+            const blasint incx = j->ta == CblasTrans ? j->lda : 1; // a (1, k): a column of a col-major a
+            if (j->b_col_major) // c = W a
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)w, (blasint)j->k, j->alpha, Bq, j->ldb, j->A, incx,
+                            j->beta, j->out + j0, 1);
+            else // c = B^T a
+                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)j->k, (blasint)w, j->alpha, Bq, j->ldb, j->A, incx,
+                            j->beta, j->out + j0, 1);
+        } else {
+            cblas_sgemm(CblasRowMajor, j->ta, j->b_col_major ? CblasTrans : CblasNoTrans, (blasint)j->m, (blasint)w,
+                        (blasint)j->k, j->alpha, j->A, j->lda, Bq, j->ldb, j->beta, j->out + j0, j->ldo);
+        }
+    }
+}
+
 // c (m x n, row stride ldo) = alpha a @ b + beta c, all f32: b a Linear
 // weight W (n, k) (col_major) or row-major (k, n). One pool of threads: the
-// columns of c in panels (multiples of 16) over OpenMP's threads, each one
-// single-threaded BLAS call. OpenBLAS's own threads spin (sched_yield) after
-// a call and took the cores from the OpenMP regions between the GEMMs: the
-// engine at 32 sequences of the default model spent 67% of its cycles in
-// sched_yield (docs/notes/engine.md). One row: sgemv (~3x faster than sgemm).
+// columns of c in panels (multiples of 16), each one single-threaded BLAS
+// call, on the hot team (team.h; an OpenMP region woke a PASSIVE thread per
+// GEMM: the serving engine's f32 steps make ~25 of them). OpenBLAS's own
+// threads spin (sched_yield) after a call and took the cores from the
+// regions between the GEMMs: the engine at 32 sequences of the default model
+// spent 67% of its cycles in sched_yield (docs/notes/engine.md). One row:
+// sgemv (~3x faster than sgemm).
 static void f32_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float *A, CBLAS_TRANSPOSE ta, blasint lda,
                      const float *B, bool b_col_major, blasint ldb, float beta, float *out, blasint ldo) {
     int64_t parts = omp_get_max_threads();
     const int64_t macs = m * n * k;
     while (parts > 1 && (macs / parts < F32_PAR_MACS || n / parts < 32)) parts--;
     const int saved = mf_cpu_blas_serial(true);
-#pragma omp parallel for schedule(static, 1) num_threads((int)parts) if (parts > 1)
-    for (int64_t q = 0; q < parts; q++) {
-        const int64_t j0 = n * q / parts / 16 * 16, j1 = q + 1 == parts ? n : n * (q + 1) / parts / 16 * 16;
-        const int64_t w = j1 - j0;
-        if (w <= 0) continue;
-        const float *Bq = b_col_major ? B + j0 * ldb : B + j0;
-        if (m == 1) {
-            const blasint incx = ta == CblasTrans ? lda : 1; // a (1, k): a column of a col-major a
-            if (b_col_major) // c = W a
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)w, (blasint)k, alpha, Bq, ldb, A, incx, beta,
-                            out + j0, 1);
-            else // c = B^T a
-                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)w, alpha, Bq, ldb, A, incx, beta,
-                            out + j0, 1);
-        } else {
-            cblas_sgemm(CblasRowMajor, ta, b_col_major ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)w,
-                        (blasint)k, alpha, A, lda, Bq, ldb, beta, out + j0, ldo);
-        }
-    }
+    f32_job j = {m, n, k, parts, alpha, beta, A, ta, lda, B, b_col_major, ldb, out, ldo};
+    if (parts > 1)
+        mf_cpu_team_run(f32_part, &j);
+    else
+        f32_part(&j, 0, 1);
     mf_cpu_blas_restore(saved);
 }
 
