@@ -26,7 +26,8 @@ MF_AVX512_INLINE __m512 mf_sum16(const __m512 v[16]) {
 
 // e^x for x <= 0 (src/cpu/vmath.h's mf_exp_nonpos with FMA: the same
 // reduction and polynomial, each multiply-add rounded once), 16 lanes:
-// below -87.33 (and -inf) 0, NaN 0.
+// below -87.33 (and -inf) 0, NaN 0 (avx2.h's mf_exp8_nonpos is the 8-lane
+// twin, which keeps NaN).
 MF_AVX512_INLINE __m512 mf_exp16_nonpos(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.33f), magic = _mm512_set1_ps(12582912.0f); // 1.5 * 2^23
     const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ); // false for NaN and below -87.33
