@@ -607,6 +607,16 @@ static void test_weight_dtypes(mf_backend *cpu) {
                mf_dtype_name(mat->dtype), mf_dtype_name(L0->norm1_w.dtype), mf_dtype_name(info.act_dtype),
                views ? "in place in the mmap" : "copied", cases[c].views ? "in place" : "copied",
                (long long)info.weight_bytes, (long long)want_bytes);
+        if (!strcmp(info.arch, "gpt2")) { // Conv1D (in, out): copied as Linear rows (out, in), in place as stored
+            const mf_tensor *w[4] = {&L0->qkv[0].w, &L0->o.w, &L0->up[0].w, &L0->down.w};
+            bool ok = true;
+            for (int i = 0; i < 4; i++)
+                ok = ok && w[i]->ndim == 2 && (views ? w[i]->stride[1] == 1 && w[i]->stride[0] == w[i]->shape[1]
+                                                     : w[i]->stride[0] == 1 && w[i]->stride[1] == w[i]->shape[0]);
+            report(ok, name, "Conv1D weights %s: c_attn (%lld, %lld) strides (%lld, %lld)",
+                   views ? "used as stored, (in, out) rows" : "stored as (out, in) rows", (long long)w[0]->shape[0],
+                   (long long)w[0]->shape[1], (long long)w[0]->stride[0], (long long)w[0]->stride[1]);
+        }
         const int64_t V = info.vocab;
         float *lg = malloc((size_t)(f.n_prompt + 1) * (size_t)V * sizeof *lg);
         mf_session *s = NULL;

@@ -22,10 +22,11 @@ static void bm_help(FILE *f) {
             "  Forward latency of a prefill (batch x seq new tokens, the last token's logits per\n"
             "  sequence), prefill tokens/s, time to first token (prefill + the first greedy tokens),\n"
             "  decode tokens/s (single-token steps after the prefill, median step), the decode\n"
-            "  roofline: weight bytes per step over the bandwidth measured in the same run (CUDA: a\n"
-            "  device copy, read + write; CPU: a read stream on the decode's threads over a buffer of\n"
-            "  the step's weight bytes, at most 256 MB, best of rounds before and after each size: a\n"
-            "  decode step reads its weights and writes little, so %%roof stays <= 100), the prefill's\n"
+            "  roofline: the bytes a step reads (its weights and the KV cache it attends over, the\n"
+            "  mean of the gen steps) over the bandwidth measured in the same run (CUDA: a device\n"
+            "  copy, read + write; CPU: a read stream on the decode's threads over a buffer of the\n"
+            "  step's weight bytes, at most 256 MB, best of rounds before and after each size: a\n"
+            "  decode step reads these and writes little, so %%roof stays <= 100), the prefill's\n"
             "  TFLOP/s and %% of a square GEMM measured in the same run, and memory (weights + session:\n"
             "  KV cache and scratch).\n"
             "  --synthetic PRESET   small (default), medium, large, llama-7b, tiny, moe-small (the brief's\n"
@@ -150,6 +151,18 @@ static double step_weight_bytes(const mf_model_info *in, int32_t B) {
     const double dense = (double)in->n_params - (double)E * one;
     const double used = (double)E * (1.0 - pow(1.0 - (double)k / (double)E, (double)B));
     return per_param * (dense + used * one);
+}
+
+// KV-cache bytes a decode step of B sequences reads, on average over the
+// gen steps after a prompt of S tokens: step k attends over S + k + 1 keys
+// (the last sliding_window of them when the model slides), K and V of every
+// layer. A decode step must read these as well as its weights (at context
+// 1024 SmolLM2's f32 cache is 84 MB against 724 MB of weights).
+static double step_kv_bytes(const mf_model_info *in, int32_t B, int64_t S, int gen) {
+    double keys = 0;
+    const int64_t w = in->sliding_window;
+    for (int k = 0; k < gen; k++) keys += (double)(w > 0 && S + k + 1 > w ? w : S + k + 1);
+    return gen > 0 ? (double)B * (double)in->kv_bytes_per_token * keys / gen : 0.0;
 }
 
 // FLOPs of a prefill of B sequences of S new tokens (empty cache): 2 per
@@ -323,7 +336,8 @@ static int bm_run(void *opts) {
                 const double fwd = pf.p50, ttft = mf_bench_stats_of(ts, iters).p50, dec = dc.p50;
                 // CPU: the read ceiling again after this size's runs (the best of all rounds so far)
                 if (!cuda && mf_bench_read_gbps(be, read_bytes, 3, &read_gbps) != MF_OK) mf_cli_fail("bench model: read bandwidth");
-                const double roof = (double)B * (cuda ? copy_gbps : read_gbps) * 1e9 / step_weight_bytes(&in, B);
+                const double roof = (double)B * (cuda ? copy_gbps : read_gbps) * 1e9 /
+                                    (step_weight_bytes(&in, B) + step_kv_bytes(&in, B, S, gen));
                 char c[NC][256];
                 const char *cells[NC];
                 for (int k = 0; k < NC; k++) cells[k] = c[k];

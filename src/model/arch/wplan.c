@@ -137,5 +137,6 @@ void mf_wplan_conv1d(mf_wplan *p, mf_linear *lin, int64_t in, int64_t out, const
     vsnprintf(base, MF_W_NAME, fmt, ap);
     va_end(ap);
     mf_wplan_mat(p, &lin->w, false, in, out, "%s.weight", base);
+    if (!p->oom) p->v[p->n - 1].conv1d = true;
     mf_wplan_vec(p, &lin->bias, out, 0.0f, "%s.bias", base);
 }

@@ -4,9 +4,10 @@
 // against the checkpoint, places and fills. No backend and no file here, so
 // that the config parser's fuzz target links the family table alone.
 //
-// Every matrix is stored as the GEMM `b` operand it is used as, (in, out):
+// Every matrix is seen as the GEMM `b` operand it is used as, (in, out):
 // a torch Linear weight (out, in) is seen transposed (free), GPT-2's Conv1D
-// weight is already (in, out). Where weights are copied anyway (CUDA, or a
+// weight is already (in, out) (the CPU stores a copied one as (out, in)
+// too: the decode GEMV streams a Linear's rows, load/weights.c). Where weights are copied anyway (CUDA, or a
 // CPU checkpoint in f16/bf16), Llama's q|k|v and gate|up are stacked into one
 // matrix each so that one GEMM computes them; f32 weights used in place from
 // the mmap keep them separate (n_qkv == 3, n_up == 2), and the forward writes
@@ -95,7 +96,8 @@ void mf_wplan_linears(mf_wplan *p, mf_linear *lin, int32_t *n_out, int n, const 
 // (n_rep, sum rows, cols).
 void mf_wplan_stack(mf_wplan *p, mf_tensor *dst, int32_t n_rep, int n_src, const char *const *prefix,
                     const char *const *suffix, const int64_t *rows, int64_t cols);
-// GPT-2's Conv1D NAME.weight stored (in, out) + NAME.bias (out).
+// GPT-2's Conv1D NAME.weight stored (in, out) + NAME.bias (out). A CPU load
+// that copies it keeps it as (out, in), a Linear's rows (load/weights.c).
 void mf_wplan_conv1d(mf_wplan *p, mf_linear *lin, int64_t in, int64_t out, const char *fmt, ...) MF_PRINTF(5, 6);
 
 // ---- the plan (wplan.c fills it, load/weights.c reads it) ------------------------------------
@@ -112,6 +114,8 @@ typedef struct {
     int64_t rows[3];           // dim 0 of each source
     int64_t cols;              // dim 1 of every source; 0: the sources are vectors
     bool transposed;           // a torch Linear (out, in): the view is its transpose (in, out)
+    bool conv1d;               // a GPT-2 Conv1D (in, out): the CPU may store it as (out, in) (flip)
+    bool flip;                 // stored transposed, (cols, rows), seen as (rows, cols) (load/weights.c)
     float mean, std;           // synthetic values: mean + std * N(0, 1)
     const struct mf_st_tensor *src[3]; // the sources found (n_rep > 0: group 0's; the others are looked up when filled)
     mf_dtype src_dt;           // the sources' dtype when every one has it (src_same), from check_sources

@@ -187,6 +187,38 @@ static mf_status fill(filler *f, int64_t off, const source *src, int64_t n, mf_d
     return MF_OK;
 }
 
+// A (rows, cols) source into the host block at off as (cols, rows), dtype dt
+// (a flipped slot): blocks of kFlipRows source rows staged as dt, then
+// written column by column (each column kFlipRows contiguous elements).
+enum { kFlipRows = 64 };
+static mf_status fill_flip(filler *f, int64_t off, const source *src, int64_t rows, int64_t cols, mf_dtype dt) {
+    const size_t es = mf_dtype_size(dt);
+    char *tmp = mf_malloc((size_t)(kFlipRows * cols) * es), *dst = f->block + off;
+    if (!tmp)
+        return mf_fail(MF_ERR_OOM, "model: out of host memory for %lld rows of a transposed weight",
+                       (long long)kFlipRows);
+    for (int64_t i0 = 0; i0 < rows; i0 += kFlipRows) {
+        const int64_t r = rows - i0 < kFlipRows ? rows - i0 : kFlipRows;
+        if (src->t) {
+            convert_st(src->t, i0 * cols, r * cols, tmp, dt);
+            drop_pages(src->t, i0 * cols, r * cols);
+        } else
+            fill_random(src->seed, src->stream, src->mean, src->std, i0 * cols, r * cols, tmp, dt);
+#pragma omp parallel for schedule(static) if (r * cols > (1 << 16))
+        for (int64_t c = 0; c < cols; c++) {
+            if (es == 4) // f32
+                for (int64_t i = 0; i < r; i++)
+                    ((uint32_t *)dst)[c * rows + i0 + i] = ((const uint32_t *)tmp)[i * cols + c];
+            else // f16, bf16
+                for (int64_t i = 0; i < r; i++)
+                    ((uint16_t *)dst)[c * rows + i0 + i] = ((const uint16_t *)tmp)[i * cols + c];
+        }
+        progress(f, r * cols * (int64_t)es);
+    }
+    free(tmp);
+    return MF_OK;
+}
+
 // The view of a placed slot.
 static void set_view(const wslot *s, void *data, mf_dtype dt, mf_device dev) {
     mf_tensor *t = s->dst;
@@ -204,6 +236,8 @@ static void set_view(const wslot *s, void *data, mf_dtype dt, mf_device dev) {
         t->stride[0] = r * s->cols, t->stride[1] = s->cols, t->stride[2] = 1;
     } else if (s->transposed) { // (rows = out, cols = in) stored; seen as (in, out)
         t->ndim = 2, t->shape[0] = s->cols, t->shape[1] = rows, t->stride[0] = 1, t->stride[1] = s->cols;
+    } else if (s->flip) { // (cols = out, rows = in) stored; seen as (in, out)
+        t->ndim = 2, t->shape[0] = rows, t->shape[1] = s->cols, t->stride[0] = 1, t->stride[1] = rows;
     } else {
         t->ndim = 2, t->shape[0] = rows, t->shape[1] = s->cols, t->stride[0] = s->cols, t->stride[1] = 1;
     }
@@ -264,6 +298,7 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
     const mf_dec_spec *sp = t->spec;
     const bool verbose = t->verbose;
     const bool rope = !sp->learned_pos;
+    const bool host = mf_backend_device(t->be) == MF_DEVICE_CPU;
     int64_t off = 0, total = 0, in_place_bytes = 0, mat_bytes[3] = {0};
     for (int32_t i = 0; i < p->n; i++) {
         wslot *s = &p->v[i];
@@ -274,6 +309,11 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
             in_place_bytes += bytes;
             continue;
         }
+        // A copied GPT-2 Conv1D on the CPU: (out, in) rows, as a Linear's, so
+        // that the decode GEMV streams whole rows on the hot team (the
+        // row-major (in, out) path read bf16 GPT-2 small at 8-15 GB/s against
+        // 24-26 for Linear rows: docs/notes/cpu.md).
+        s->flip = host && s->conv1d && s->n_src == 1 && s->n_rep == 0;
         s->offset = off;
         off = align_up(off + bytes);
         total += bytes;
@@ -287,7 +327,7 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
     w->weight_bytes = total + in_place_bytes;
     MF_TRY(mf_backend_alloc(t->be, (size_t)(off > 0 ? off : 1), &w->block));
 
-    filler f = {.be = t->be, .host = mf_backend_device(t->be) == MF_DEVICE_CPU, .block = w->block,
+    filler f = {.be = t->be, .host = host, .block = w->block,
                 .total = total, .verbose = verbose && total > 0, .last_pct = -5, .t0 = now_s()};
     f.stage_bytes = (size_t)64 << 20; // CPU: chunks for progress only
     mf_status s = MF_OK;
@@ -315,7 +355,7 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
                 } else {
                     src.t = e == 0 ? sl->src[j] : mf_st_lookup(w->st, src_name(sl, e, j, buf, sizeof buf));
                 }
-                s = fill(&f, o, &src, n, sl->dt);
+                s = sl->flip ? fill_flip(&f, o, &src, sl->rows[j], sl->cols, sl->dt) : fill(&f, o, &src, n, sl->dt);
                 o += n * es;
             }
         set_view(sl, (char *)w->block + sl->offset, sl->dt, dev);
@@ -452,6 +492,19 @@ static cJSON *save_header(const wplan *p, const char *const *meta, int32_t n_met
     return h;
 }
 
+// A flipped slot's (cols, rows) data at p written as the checkpoint's (rows,
+// cols), a row at a time.
+static bool write_flipped(FILE *f, const char *p, int64_t rows, int64_t cols, size_t es) {
+    char *row = mf_malloc((size_t)cols * es);
+    bool ok = row != NULL;
+    for (int64_t r = 0; r < rows && ok; r++) {
+        for (int64_t c = 0; c < cols; c++) memcpy(row + (size_t)c * es, p + (size_t)(c * rows + r) * es, es);
+        ok = fwrite(row, es, (size_t)cols, f) == (size_t)cols;
+    }
+    free(row);
+    return ok;
+}
+
 mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char *path, const char *const *meta,
                           int32_t n_meta) {
     static const char fn[] = "weights_save";
@@ -494,8 +547,12 @@ mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char 
         for (size_t i = jl; i < hl && ok; i++) ok = fputc(' ', f) != EOF;
         for (int32_t i = 0; i < p.n && ok; i++) {
             const wslot *sl = &p.v[i];
-            const size_t n = (size_t)(slot_numel(sl) * (int64_t)mf_dtype_size(sl->dst->dtype));
-            ok = fwrite(host + ((const char *)sl->dst->data - (const char *)w->block), 1, n, f) == n;
+            const size_t es = mf_dtype_size(sl->dst->dtype), n = (size_t)slot_numel(sl) * es;
+            char *at = host + ((const char *)sl->dst->data - (const char *)w->block);
+            if (sl->cols && !sl->transposed && sl->n_rep == 0 && sl->dst->stride[1] != 1) // flipped: (in, out) again
+                ok = write_flipped(f, at, slot_rows(sl), sl->cols, es);
+            else
+                ok = fwrite(at, 1, n, f) == n;
         }
         if (fclose(f) != 0 || !ok)
             s = mf_fail(MF_ERR_IO, "%s: writing %s failed (%lld data bytes)", fn, path, (long long)bytes);
