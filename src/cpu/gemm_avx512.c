@@ -49,6 +49,7 @@ bool mf_cpu_avx512(void) {
         __builtin_cpu_init(); // the checks include the OS's support of the zmm state
         const char *isa = getenv("MINFER_CPU_ISA"); // "avx2": not these kernels; "baseline": none
         on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && // decode attention's 8-lane tiles (32 registers)
              !(isa && (!strcmp(isa, "avx2") || !strcmp(isa, "baseline")));
         __atomic_store_n(&g_avx512, on, __ATOMIC_RELAXED);
     }
