@@ -1048,9 +1048,11 @@ static void test_row_narrow(void) {
 // ---- decode attention's softmax row in AVX-512 (src/cpu/attention_avx512.c) --
 
 // Every length 1..64 (the chunk), scores with outliers, -inf (masked) and
-// NaN entries, and rows all -inf, against float64: m the largest non-NaN
-// score exactly, exp of the f32 difference s - m within 2 ulp (2.4e-7) (1e-37 absolute: the exp
-// flushes below 2^-126 to 0), NaN and -inf to 0, l the sum within 1e-6.
+// NaN entries, rows all -inf, all NaN, or with a +inf, against float64: m
+// the largest non-NaN score exactly, exp of the f32 difference s - m within
+// 2 ulp (2.4e-7) (1e-37 absolute: the exp flushes below 2^-126 to 0), NaN
+// and -inf to 0 (a +inf max: every difference NaN or -inf, so all 0), l the
+// sum within 1e-6.
 static void test_dec_softmax(void) {
     int before = g_fails;
     if (!mf_cpu_avx512()) {
@@ -1061,15 +1063,18 @@ static void test_dec_softmax(void) {
     float s[64], keep[64];
     int64_t rows = 0, worst_n = 0;
     double worst = 0.0;
-    for (int rep = 0; rep < 40; rep++)
+    for (int rep = 0; rep < 42; rep++)
         for (int n = 1; n <= 64; n++, rows++) {
-            const int kind = rep % 5; // 0-1: plain, 2: outliers, 3: masked entries and a NaN, 4: all masked
+            // 0-1: plain, 2: outliers, 3: masked entries and a NaN, 4: all masked, 5: all NaN, 6: a +inf
+            const int kind = rep < 40 ? rep % 5 : rep - 35;
             for (int i = 0; i < n; i++) {
                 rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
                 float v = (float)((double)(rng >> 11) / 9007199254740992.0 * 20.0 - 10.0);
                 if (kind == 2 && i % 7 == 3) v *= 30.0f;
                 if ((kind == 3 && i % 5 == 1) || kind == 4) v = -INFINITY;
                 if (kind == 3 && i == n / 2 && n > 2) v = NAN;
+                if (kind == 5) v = NAN;
+                if (kind == 6 && i == n / 3) v = INFINITY;
                 s[i] = keep[i] = v;
             }
             for (int i = n; i < 64; i++) s[i] = -7.0f; // past the row: must stay
@@ -1084,7 +1089,7 @@ static void test_dec_softmax(void) {
             int bad_at = -1;
             for (int i = 0; i < n; i++) {
                 const float d = keep[i] - (float)want_m; // rounded as the kernel's f32 difference is
-                const double e = keep[i] == keep[i] && want_m != -INFINITY ? exp((double)d) : 0.0;
+                const double e = d == d && want_m != -INFINITY ? exp((double)d) : 0.0; // NaN, inf - inf: 0
                 const double err = fabs((double)s[i] - e) / (e > 1e-37 ? e : 1e-37 / 2.4e-7);
                 if (err > worst) worst = err, worst_n = n;
                 if (!(err <= 2.4e-7) && bad_at < 0) bad_at = i;

@@ -30,8 +30,10 @@
 //
 // Also: mf_weights_save (what tests/synthetic_weights uses) round-trips:
 // the file it writes, loaded back through mf_weights_load, gives the same
-// logits (GPT-2 shaped, Llama shaped with stacked q|k|v, the MoE preset),
-// and its errors name the path.
+// logits (GPT-2 shaped in f32 and bf16, its Conv1D weights stored
+// transposed on the CPU and written back as (in, out); Llama shaped with
+// stacked q|k|v; the MoE preset), its errors name the path, and a save
+// with each allocation failing in turn is MF_ERR_OOM with no file left.
 // Last line: "N passed, N failed, N skipped".
 #include <math.h>
 #include <stdarg.h>
@@ -300,11 +302,11 @@ static mf_status logits_of(mf_model *m, const int32_t *tok, int64_t T, float *ou
     return st;
 }
 
-static void test_roundtrip(mf_backend *cpu, const char *preset, const char *tmp) {
+static void test_roundtrip(mf_backend *cpu, const char *preset, mf_dtype dt, const char *tmp) {
     char name[128], file[600];
-    snprintf(name, sizeof name, "weights_save(%s)", preset);
+    snprintf(name, sizeof name, "weights_save(%s, %s)", preset, mf_dtype_name(dt));
     snprintf(file, sizeof file, "%s/%s.safetensors", tmp, preset);
-    const mf_model_opts mo = {.dtype = MF_DTYPE_F32};
+    const mf_model_opts mo = {.dtype = dt};
     mf_model *a = NULL, *b = NULL;
     mf_st_file *st = NULL;
     float *la = NULL, *lb = NULL;
@@ -337,13 +339,32 @@ static void test_roundtrip(mf_backend *cpu, const char *preset, const char *tmp)
             }
         }
         unlink(file);
-        if (!strcmp(preset, "tiny-gpt2")) { // errors name the path
+        if (!strcmp(preset, "tiny-gpt2") && dt == MF_DTYPE_F32) { // errors name the path
             const char *bad = "/nonexistent-minfer-dir/w.safetensors";
             const mf_status r = mf_weights_save(&a->w, &ta, bad, NULL, 0);
             report(r == MF_ERR_IO && strstr(mf_last_error(), bad), name, "unwritable path: %s (%s)", mf_status_str(r),
                    mf_last_error());
             const mf_status r2 = mf_weights_save(&a->w, &ta, NULL, NULL, 0);
             report(r2 == MF_ERR_INVALID_ARG, name, "NULL path: %s (%s)", mf_status_str(r2), mf_last_error());
+            // Each allocation of the save failing in turn (the weights' copy, a
+            // Conv1D row for the flipped slots): MF_ERR_OOM, no file left.
+            int n_oom = 0, n_other = 0, k;
+            mf_status r3 = MF_OK;
+            for (k = 1; k < 100; k++) {
+                mf_fault_alloc_fail_after(k);
+                r3 = mf_weights_save(&a->w, &ta, file, NULL, 0);
+                mf_fault_alloc_fail_after(0);
+                if (r3 == MF_OK) break;
+                if (r3 == MF_ERR_OOM && mf_last_error()[0] && access(file, F_OK) != 0)
+                    n_oom++;
+                else
+                    n_other++;
+                unlink(file);
+            }
+            unlink(file);
+            report(n_other == 0 && n_oom >= 2 && r3 == MF_OK, name,
+                   "save with each allocation failing: %d MF_ERR_OOM with no file left, %d otherwise; then %s", n_oom,
+                   n_other, mf_status_str(r3));
         }
     }
     mf_st_close(st);
@@ -366,9 +387,10 @@ int main(int argc, char **argv) {
     if (mf_backend_init("cpu", &cpu) != MF_OK) return 2;
     test_torch(cpu, argv[1], "flash");
     test_torch(cpu, argv[1], "classic");
-    test_roundtrip(cpu, "tiny-gpt2", tmp);
-    test_roundtrip(cpu, "tiny", tmp);
-    test_roundtrip(cpu, "tiny-moe-postnorm", tmp);
+    test_roundtrip(cpu, "tiny-gpt2", MF_DTYPE_F32, tmp);
+    test_roundtrip(cpu, "tiny-gpt2", MF_DTYPE_BF16, tmp); // Conv1D stored transposed in bf16, written back
+    test_roundtrip(cpu, "tiny", MF_DTYPE_F32, tmp);
+    test_roundtrip(cpu, "tiny-moe-postnorm", MF_DTYPE_F32, tmp);
     mf_backend_free(cpu);
     rmdir(tmp);
     printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);

@@ -48,7 +48,7 @@ int mf_cpu_blas_serial(bool par);
 void mf_cpu_blas_restore(int saved);
 
 // The prefill GEMM of a 16-bit Linear weight in AVX-512 (gemm_avx512.c):
-// whether it runs here (the CPU has AVX-512 F and BW, the AVX2 kernels are
+// whether it runs here (the CPU has AVX-512 F, BW and VL, the AVX2 kernels are
 // on, MINFER_CPU_ISA is not "avx2" or "baseline"); the f32 staging it needs
 // for m rows of a at k; and c (m x n, row stride ldc) = alpha a W^T + beta c
 // for a f32 (m, k) with row stride lda and W (n, k) in dt (bf16 or f16) with

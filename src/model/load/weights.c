@@ -191,12 +191,13 @@ static mf_status fill(filler *f, int64_t off, const source *src, int64_t n, mf_d
 // (a flipped slot): blocks of kFlipRows source rows staged as dt, then
 // written column by column (each column kFlipRows contiguous elements).
 enum { kFlipRows = 64 };
-static mf_status fill_flip(filler *f, int64_t off, const source *src, int64_t rows, int64_t cols, mf_dtype dt) {
+static mf_status fill_flip(filler *f, int64_t off, const source *src, int64_t rows, int64_t cols, mf_dtype dt,
+                           const char *name) {
     const size_t es = mf_dtype_size(dt);
     char *tmp = mf_malloc((size_t)(kFlipRows * cols) * es), *dst = f->block + off;
     if (!tmp)
-        return mf_fail(MF_ERR_OOM, "model: out of host memory for %lld rows of a transposed weight",
-                       (long long)kFlipRows);
+        return mf_fail(MF_ERR_OOM, "model: out of host memory for %lld rows of '%s' (stored transposed)",
+                       (long long)kFlipRows, name);
     for (int64_t i0 = 0; i0 < rows; i0 += kFlipRows) {
         const int64_t r = rows - i0 < kFlipRows ? rows - i0 : kFlipRows;
         if (src->t) {
@@ -355,7 +356,8 @@ static mf_status place_and_fill(mf_weights *w, const mf_weights_target *t, wplan
                 } else {
                     src.t = e == 0 ? sl->src[j] : mf_st_lookup(w->st, src_name(sl, e, j, buf, sizeof buf));
                 }
-                s = sl->flip ? fill_flip(&f, o, &src, sl->rows[j], sl->cols, sl->dt) : fill(&f, o, &src, n, sl->dt);
+                s = sl->flip ? fill_flip(&f, o, &src, sl->rows[j], sl->cols, sl->dt, sl->name[j])
+                             : fill(&f, o, &src, n, sl->dt);
                 o += n * es;
             }
         set_view(sl, (char *)w->block + sl->offset, sl->dt, dev);
@@ -492,16 +494,19 @@ static cJSON *save_header(const wplan *p, const char *const *meta, int32_t n_met
     return h;
 }
 
+// Whether a planned slot's view is a flipped one (load: fill_flip).
+static bool slot_flipped(const wslot *s) {
+    return s->cols && !s->transposed && s->n_rep == 0 && s->dst->ndim == 2 && s->dst->stride[1] != 1;
+}
+
 // A flipped slot's (cols, rows) data at p written as the checkpoint's (rows,
-// cols), a row at a time.
-static bool write_flipped(FILE *f, const char *p, int64_t rows, int64_t cols, size_t es) {
-    char *row = mf_malloc((size_t)cols * es);
-    bool ok = row != NULL;
+// cols), a row at a time through row (cols elements of es bytes).
+static bool write_flipped(FILE *f, const char *p, int64_t rows, int64_t cols, size_t es, char *row) {
+    bool ok = true;
     for (int64_t r = 0; r < rows && ok; r++) {
         for (int64_t c = 0; c < cols; c++) memcpy(row + (size_t)c * es, p + (size_t)(c * rows + r) * es, es);
         ok = fwrite(row, es, (size_t)cols, f) == (size_t)cols;
     }
-    free(row);
     return ok;
 }
 
@@ -531,10 +536,17 @@ mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char 
     cJSON *h = save_header(&p, meta, n_meta, &bytes);
     char *json = h ? cJSON_PrintUnformatted(h) : NULL;
     cJSON_Delete(h);
+    size_t row_bytes = 1; // a row of the widest flipped slot, written back as (in, out)
+    for (int32_t i = 0; i < p.n; i++)
+        if (slot_flipped(&p.v[i])) {
+            const size_t b = (size_t)p.v[i].cols * mf_dtype_size(p.v[i].dst->dtype);
+            row_bytes = b > row_bytes ? b : row_bytes;
+        }
     char *host = json ? mf_malloc((size_t)(w->block_bytes > 0 ? w->block_bytes : 1)) : NULL;
-    mf_status s = host ? MF_OK
-                       : mf_fail(MF_ERR_OOM, "%s: out of host memory for %s", fn,
-                                 json ? "a copy of the weights" : "the header");
+    char *row = host ? mf_malloc(row_bytes) : NULL;
+    mf_status s = row ? MF_OK
+                      : mf_fail(MF_ERR_OOM, "%s: out of host memory for %s", fn,
+                                !json ? "the header" : !host ? "a copy of the weights" : "a row of a Conv1D weight");
     if (s == MF_OK) s = mf_backend_copy(w->be, host, w->block, (size_t)w->block_bytes, MF_COPY_D2H);
     if (s == MF_OK) s = mf_backend_sync(w->be);
     FILE *f = s == MF_OK ? fopen(path, "wb") : NULL;
@@ -549,14 +561,15 @@ mf_status mf_weights_save(mf_weights *w, const mf_weights_target *t, const char 
             const wslot *sl = &p.v[i];
             const size_t es = mf_dtype_size(sl->dst->dtype), n = (size_t)slot_numel(sl) * es;
             char *at = host + ((const char *)sl->dst->data - (const char *)w->block);
-            if (sl->cols && !sl->transposed && sl->n_rep == 0 && sl->dst->stride[1] != 1) // flipped: (in, out) again
-                ok = write_flipped(f, at, slot_rows(sl), sl->cols, es);
-            else
-                ok = fwrite(at, 1, n, f) == n;
+            ok = slot_flipped(sl) ? write_flipped(f, at, slot_rows(sl), sl->cols, es, row) // (in, out) again
+                                  : fwrite(at, 1, n, f) == n;
         }
-        if (fclose(f) != 0 || !ok)
+        if (fclose(f) != 0 || !ok) {
             s = mf_fail(MF_ERR_IO, "%s: writing %s failed (%lld data bytes)", fn, path, (long long)bytes);
+            (void)remove(path); // no partial file left behind
+        }
     }
+    free(row);
     free(host);
     free(json);
     free(p.v);
