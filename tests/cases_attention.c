@@ -853,6 +853,21 @@ void th_cases_attention(th_list *l) {
         p.lse = true;
         add_case(l, &p);
     }
+    // 10. The same products over f32, f16 and bf16 caches at the head_dims
+    //     whose 32-column blocks of p.v leave a 16-column tail (48, 112,
+    //     240) or none (16, 256), with 8, 4, 1 and 3 query rows a kv head
+    //     (tiles of 4 + 4, 4, 1, 3) and key counts off multiples of 4.
+    {
+        const int64_t q1[3] = {1, 1, 1}, k1[3] = {70, 5, 131};
+        const int64_t geo[5][3] = {{8, 1, 16}, {12, 3, 48}, {4, 4, 112}, {6, 2, 240}, {3, 1, 256}};
+        for (int t = 0; t < 3; t++)
+            for (int g = 0; g < 5; g++) {
+                at_p p = var_case(MF_DTYPE_F32, AM_PAGED, 3, q1, k1, geo[g][0], geo[g][1], geo[g][2], true);
+                p.bs = 16, p.lse = g % 2 == 0, p.outliers = g % 2 == 1;
+                p.kv16 = t > 0, p.kvt = t == 1 ? MF_DTYPE_F16 : MF_DTYPE_BF16;
+                add_case(l, &p);
+            }
+    }
     at_p none = {0};
     th_add(l, run_validation, &none, sizeof none, "attention(validation)");
 }
