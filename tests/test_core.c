@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cpu/cpu.h"
+#include "cpu/skinny.h"
 #include "cpu/team.h"
 #include "minfer/minfer.h"
 
@@ -1053,12 +1054,17 @@ static void test_row_narrow(void) {
 // 2 ulp (2.4e-7) (1e-37 absolute: the exp flushes below 2^-126 to 0), NaN
 // and -inf to 0 (a +inf max: every difference NaN or -inf, so all 0), l the
 // sum within 1e-6.
-static void test_dec_softmax(void) {
+// Both instantiations (attention_tiles.h) where the CPU runs them, and
+// the same bits from both.
+static void test_dec_softmax_one(bool avx512) {
     int before = g_fails;
-    if (!mf_cpu_avx512()) {
-        section("cpu decode softmax (AVX-512)", before, " (skipped: no AVX-512 here, or the AVX2 kernels are off)");
+    const char *title = avx512 ? "cpu decode softmax (AVX-512VL)" : "cpu decode softmax (AVX2)";
+    if (avx512 ? !mf_cpu_avx512() : !mf_cpu_avx2()) {
+        section(title, before, " (skipped: the CPU lacks it, or the AVX2 kernels are off)");
         return;
     }
+    void (*softmax)(float *, int64_t, float *, float *) = avx512 ? mf_cpu_dec_softmax_avx512 : mf_cpu_dec_softmax_avx2;
+    int64_t differ = 0; // rows where the other instantiation (when it runs here) gave other bits
     uint64_t rng = 88172645463325252ull;
     float s[64], keep[64];
     int64_t rows = 0, worst_n = 0;
@@ -1078,8 +1084,13 @@ static void test_dec_softmax(void) {
                 s[i] = keep[i] = v;
             }
             for (int i = n; i < 64; i++) s[i] = -7.0f; // past the row: must stay
-            float m = 0.0f, l = -1.0f;
-            mf_cpu_dec_softmax_avx512(s, n, &m, &l);
+            float m = 0.0f, l = -1.0f, s2[64], m2 = 0.0f, l2 = -1.0f;
+            memcpy(s2, s, sizeof s2);
+            softmax(s, n, &m, &l);
+            if (avx512) { // AVX2 runs wherever AVX-512 does
+                mf_cpu_dec_softmax_avx2(s2, n, &m2, &l2);
+                differ += memcmp(s, s2, sizeof s2) != 0 || memcmp(&m, &m2, 4) != 0 || memcmp(&l, &l2, 4) != 0;
+            }
             int past = 0;
             for (int i = n; i < 64; i++) past += s[i] != -7.0f;
             CHECK(past == 0, "softmax row n=%d: %d values past the row written", n, past);
@@ -1100,10 +1111,16 @@ static void test_dec_softmax(void) {
                   "softmax row n=%d kind %d: m %g (want %g), l %g (want %g), first bad exp at %d: %g of %g", n, kind,
                   m, want_m, l, want_l, bad_at, bad_at < 0 ? 0.0 : s[bad_at], bad_at < 0 ? 0.0 : (double)keep[bad_at]);
         }
-    char what[96];
-    snprintf(what, sizeof what, " (%lld rows of 1-64 scores; worst exp error %.2g of its value, n=%lld)",
-             (long long)rows, worst, (long long)worst_n);
-    section("cpu decode softmax (AVX-512)", before, what);
+    CHECK(differ == 0, "softmax: %lld rows with other bits from the AVX2 instantiation", (long long)differ);
+    char what[128];
+    snprintf(what, sizeof what, " (%lld rows of 1-64 scores; worst exp error %.2g of its value, n=%lld%s)",
+             (long long)rows, worst, (long long)worst_n, avx512 ? "; the AVX2 one's bits equal" : "");
+    section(title, before, what);
+}
+
+static void test_dec_softmax(void) {
+    test_dec_softmax_one(true);
+    test_dec_softmax_one(false);
 }
 
 // ---- the CPU's hot team (src/cpu/team.h) ------------------------------------------

@@ -22,7 +22,8 @@
 // grp) takes a second path, key-major, without BLAS: see "Decode path"
 // below; in a call that mixes both (a serving step: decode rows beside a
 // prompt chunk) each sequence takes its own path. Its q.k and p.v run in
-// AVX-512 where the CPU has it (attention_avx512.c; f32, f16 or bf16 cache).
+// 8-lane tiles where the CPU has AVX2 or AVX-512 (attention_tiles.h; f32,
+// f16 or bf16 cache).
 //
 // A paged cache (block_table) is read through the table: a tile that spans
 // blocks is gathered into scratch, decode panels stop at block ends.
@@ -271,7 +272,7 @@ typedef struct {
 
 typedef struct {
     float *q, *s, *t; // q: (R, D) widened; s: (R, kDecodeChunk) scores; t: (D) a row in sk order or out of it
-    int32_t *rows;    // (R): the rows of each kv head in turn (the AVX-512 products)
+    int32_t *rows;    // (R): the rows of each kv head in turn (the 8-lane tiles)
 } dec_scratch;
 
 // A row of D f32 into sk order (to_sk) or back: only for bf16 K/V, whose
@@ -357,10 +358,22 @@ static int64_t dec_rows(const att_geom *G, const att_seq *s, int32_t *rows) {
     return n;
 }
 
+// The 8-lane decode kernels (attention_tiles.h) of one instantiation.
+typedef struct {
+    void (*qk)(mf_dtype, const float *, int64_t, const int32_t *, int64_t, int64_t, const char *const *, int64_t,
+               int64_t, float, float *, int64_t);
+    void (*pv)(mf_dtype, const float *, int64_t, const int32_t *, int64_t, int64_t, const char *const *, int64_t,
+               int64_t, int64_t, float *);
+    void (*softmax)(float *, int64_t, float *, float *);
+} dec_kernels;
+static const dec_kernels k_avx512 = {mf_cpu_dec_qk_avx512, mf_cpu_dec_pv_avx512, mf_cpu_dec_softmax_avx512},
+                         k_avx2 = {mf_cpu_dec_qk_avx2, mf_cpu_dec_pv_avx2, mf_cpu_dec_softmax_avx2};
+
 // One chunk: partial m, l (R floats each) and O (R x D) at pm, pl, po. fast:
-// q.k and p.v in AVX-512 (dec_attention decides), rows in order (no sk order).
-static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w, bool fast, float *pm, float *pl,
-                    float *po) {
+// q.k, softmax and p.v in those kernels (dec_attention decides), rows in
+// order (no sk order); NULL: the portable loops.
+static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w, const dec_kernels *fast, float *pm,
+                    float *pl, float *po) {
     const mf_attention_args *p = G->p;
     const att_seq *s = &G->seq[it->b];
     const int64_t H = G->H, D = G->D, grp = G->grp, R = s->q_len * H, nb = it->j1 - it->j0;
@@ -382,8 +395,7 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
             kp[j] = kb + key_off(G, s, it->j0 + j) * es;
             vp[j] = vb + val_off(G, s, it->j0 + j) * es;
         }
-        mf_cpu_dec_qk_avx512(dt, w->q, D, rows, dec_rows(G, s, rows), G->KVH, kp, G->k_hs, nb, G->scale, w->s,
-                             kDecodeChunk);
+        fast->qk(dt, w->q, D, rows, dec_rows(G, s, rows), G->KVH, kp, G->k_hs, nb, G->scale, w->s, kDecodeChunk);
     } else {
         for (int64_t j = 0; j < nb; j++)
             dec_qk(dt, w->q, s->q_len, G->KVH, grp, D, kb + key_off(G, s, it->j0 + j) * es, G->k_hs * es, G->scale,
@@ -397,7 +409,7 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
         for (int64_t c = 0; c < nb && c < c0; c++) sr[c] = -INFINITY;
         for (int64_t c = c1 > 0 ? c1 : 0; c < nb; c++) sr[c] = -INFINITY;
         if (fast) {
-            mf_cpu_dec_softmax_avx512(sr, nb, &pm[r], &pl[r]);
+            fast->softmax(sr, nb, &pm[r], &pl[r]);
             continue;
         }
         pm[r] = mf_row_max(sr, nb);
@@ -410,7 +422,7 @@ static void dec_run(const att_geom *G, const dec_item *it, const dec_scratch *w,
         }
     }
     if (fast) {
-        mf_cpu_dec_pv_avx512(dt, w->s, kDecodeChunk, rows, s->q_len * grp, G->KVH, vp, G->v_hs, nb, D, po);
+        fast->pv(dt, w->s, kDecodeChunk, rows, s->q_len * grp, G->KVH, vp, G->v_hs, nb, D, po);
         return;
     }
     memset(po, 0, (size_t)(R * D) * sizeof(float));
@@ -473,7 +485,8 @@ typedef struct {
     float *pm, *pl, *po;           // partials: (items, Rmax) max and sum, (items, Rmax, D) output
     float *scratch;                // (threads, per_thread)
     int64_t per_thread, Rmax;
-    bool fast, merge;
+    const dec_kernels *fast; // the 8-lane kernels, or NULL: the portable loops
+    bool merge;
     _Atomic int64_t next;          // the next chunk (or sequence) to take
     int64_t n;                     // chunks (or sequences)
 } dec_job;
@@ -489,7 +502,7 @@ static void dec_part(void *arg, int t, int nt) {
         if (!j->merge)
             dec_run(G, &j->items[i], &w, j->fast, j->pm + i * Rmax, j->pl + i * Rmax, j->po + i * Rmax * D);
         else if (dec_seq(G, &G->seq[i]))
-            dec_merge(G, (int32_t)i, j->first[i], j->first[i + 1], Rmax, j->pm, j->pl, j->po, &w, j->fast);
+            dec_merge(G, (int32_t)i, j->first[i], j->first[i + 1], Rmax, j->pm, j->pl, j->po, &w, j->fast != NULL);
 }
 
 static mf_status dec_attention(const att_geom *G, int64_t qmax) {
@@ -525,8 +538,9 @@ static mf_status dec_attention(const att_geom *G, int64_t qmax) {
     }
     first[p->batch] = t;
     const mf_dtype kt = p->k.dtype;
-    const bool fast = mf_cpu_avx512() && (kt == MF_DTYPE_F32 || kt == MF_DTYPE_F16 || kt == MF_DTYPE_BF16) &&
-                      p->v.dtype == kt && D % 16 == 0 && D <= 256;
+    const bool shapes = (kt == MF_DTYPE_F32 || kt == MF_DTYPE_F16 || kt == MF_DTYPE_BF16) && p->v.dtype == kt &&
+                        D % 16 == 0 && D <= 256;
+    const dec_kernels *fast = !shapes ? NULL : mf_cpu_avx512() ? &k_avx512 : mf_cpu_avx2() ? &k_avx2 : NULL;
     dec_job j = {.G = G, .items = items, .first = first, .pm = pm, .pl = pl, .po = po, .scratch = scratch,
                  .per_thread = per_thread, .Rmax = Rmax, .fast = fast, .n = n_items};
     const bool par = use_threads(n_items > 1 || p->batch > 1); // on the hot team (team.h)

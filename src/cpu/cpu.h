@@ -55,9 +55,10 @@ void mf_cpu_blas_restore(int saved);
 // row stride ldw elements, on OpenMP's threads, ap the staging.
 bool mf_cpu_avx512(void);
 size_t mf_cpu_gemm_avx512_floats(int64_t m, int64_t k);
-// Decode attention's products in AVX-512 for a KV cache in dt (f32, f16 or
-// bf16), head_dim D a multiple of 16 up to 256 (attention_avx512.c; when
-// mf_cpu_avx512()). kv head g's query rows: rows[g nr + t], t < nr (row r
+// Decode attention's products in 8-lane vectors for a KV cache in dt (f32,
+// f16 or bf16), head_dim D a multiple of 16 up to 256 (attention_tiles.h;
+// _avx512 when mf_cpu_avx512(), _avx2 when only mf_cpu_avx2(): the same
+// bits). kv head g's query rows: rows[g nr + t], t < nr (row r
 // of q, f32, at q + r D); key j's kv head g at kp[j] + g hs elements (D of
 // them; kp in bytes), value likewise at vp[j]. qk: s[row lds + j] = scale
 // q_row . k_j, j < nk rounded up to 4 (lds >= it); pv: o[row D + d] =
@@ -68,6 +69,11 @@ void mf_cpu_dec_qk_avx512(mf_dtype dt, const float *q, int64_t D, const int32_t 
 void mf_cpu_dec_pv_avx512(mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
                           const char *const *vp, int64_t hs, int64_t nk, int64_t D, float *o);
 void mf_cpu_dec_softmax_avx512(float *s, int64_t n, float *m, float *l);
+void mf_cpu_dec_qk_avx2(mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
+                        const char *const *kp, int64_t hs, int64_t nk, float scale, float *s, int64_t lds);
+void mf_cpu_dec_pv_avx2(mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
+                        const char *const *vp, int64_t hs, int64_t nk, int64_t D, float *o);
+void mf_cpu_dec_softmax_avx2(float *s, int64_t n, float *m, float *l);
 void mf_cpu_gemm_avx512(mf_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                         const void *w, int64_t ldw, float beta, float *c, int64_t ldc, float *ap);
 
