@@ -5,19 +5,6 @@
 #include "cpu/skinny.h"
 
 #define ATT_NAME(f) f##_avx512
-#if MF_CPU_AVX2_KERNELS
 #define ATT_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
 #define ATT_ROWS 4
 #include "cpu/attention_tiles.h"
-#else
-void ATT_NAME(mf_cpu_dec_softmax)(float *s, int64_t n, float *m, float *l) { (void)s, (void)n, (void)m, (void)l; }
-void ATT_NAME(mf_cpu_dec_qk)(mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
-                             const char *const *kp, int64_t hs, int64_t nk, float scale, float *s, int64_t lds) {
-    (void)dt, (void)q, (void)D, (void)rows, (void)nr, (void)kvh, (void)kp, (void)hs, (void)nk, (void)scale, (void)s,
-        (void)lds;
-}
-void ATT_NAME(mf_cpu_dec_pv)(mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
-                             const char *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
-    (void)dt, (void)p, (void)ldp, (void)rows, (void)nr, (void)kvh, (void)vp, (void)hs, (void)nk, (void)D, (void)o;
-}
-#endif

@@ -6,9 +6,10 @@
 // attention_avx2.c (AVX2 + FMA + F16C, 16 registers: tiles of up to 2 query
 // rows) and attention_avx512.c (AVX-512VL's 32 registers: up to 4). The
 // includer defines ATT_TARGET (the target attribute's string), ATT_ROWS (2
-// or 4) and ATT_NAME(f) (the public name of f). Each row's sums are the
-// same in both (a tile's rows do not share sums): the same bits. No include
-// guard: one inclusion per translation unit, by design.
+// or 4) and ATT_NAME(f) (the public name of f); a build without the x86
+// kernels (MF_CPU_AVX2_KERNELS 0) gets stubs that are never called. Each
+// row's sums are the same in both (a tile's rows do not share sums): the
+// same bits. No include guard: one inclusion per translation unit.
 //
 // Why not 16 lanes on an AVX-512 CPU: a decode step's attention is a
 // 30-40 us burst between GEMVs that use 256-bit FMAs; 512-bit multiply-adds
@@ -27,6 +28,7 @@
 // go through one softmax pass (max, FMA exp, sum). Sums in a fixed order
 // (head_dim in 8-lane steps, then the tree; keys in order): the same bits
 // for any thread count or batch.
+#if MF_CPU_AVX2_KERNELS
 #include "cpu/avx2.h"
 
 #define ATT_FN __attribute__((target(ATT_TARGET)))
@@ -233,3 +235,16 @@ ATT_FN void ATT_NAME(mf_cpu_dec_softmax)(float *s, int64_t n, float *m, float *l
 
 #undef ATT_FN
 #undef ATT_INLINE
+
+#else
+void ATT_NAME(mf_cpu_dec_softmax)(float *s, int64_t n, float *m, float *l) { (void)s, (void)n, (void)m, (void)l; }
+void ATT_NAME(mf_cpu_dec_qk)(mf_dtype dt, const float *q, int64_t D, const int32_t *rows, int64_t nr, int64_t kvh,
+                             const char *const *kp, int64_t hs, int64_t nk, float scale, float *s, int64_t lds) {
+    (void)dt, (void)q, (void)D, (void)rows, (void)nr, (void)kvh, (void)kp, (void)hs, (void)nk, (void)scale, (void)s,
+        (void)lds;
+}
+void ATT_NAME(mf_cpu_dec_pv)(mf_dtype dt, const float *p, int64_t ldp, const int32_t *rows, int64_t nr, int64_t kvh,
+                             const char *const *vp, int64_t hs, int64_t nk, int64_t D, float *o) {
+    (void)dt, (void)p, (void)ldp, (void)rows, (void)nr, (void)kvh, (void)vp, (void)hs, (void)nk, (void)D, (void)o;
+}
+#endif
