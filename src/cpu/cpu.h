@@ -58,7 +58,7 @@ size_t mf_cpu_gemm_avx512_floats(int64_t m, int64_t k);
 // Decode attention's products in 8-lane vectors for a KV cache in dt (f32,
 // f16 or bf16), head_dim D a multiple of 16 up to 256 (attention_tiles.h;
 // _avx512 when mf_cpu_avx512(), _avx2 when only mf_cpu_avx2(): the same
-// bits). kv head g's query rows: rows[g nr + t], t < nr (row r
+// bits, a NaN's payload aside). kv head g's query rows: rows[g nr + t], t < nr (row r
 // of q, f32, at q + r D); key j's kv head g at kp[j] + g hs elements (D of
 // them; kp in bytes), value likewise at vp[j]. qk: s[row lds + j] = scale
 // q_row . k_j, j < nk rounded up to 4 (lds >= it); pv: o[row D + d] =
